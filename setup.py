@@ -1,0 +1,49 @@
+"""vit_jax: pretraining and fine-tuning Vision Transformers in JAX/Flax at scale."""
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+VERSION = re.search(r'__version__ = "([^"]+)"', Path("vit_jax/__init__.py").read_text()).group(1)
+
+# Ranges are the versions this code is tested with (see GUIDE traps: the APIs of jax/flax/orbax move fast).
+INSTALL_REQUIRES = [
+    "jax>=0.10.2,<0.11",
+    "flax>=0.12.8,<0.13",
+    "optax>=0.2.8,<0.3",
+    "orbax-checkpoint>=0.12.8,<0.13",
+    "tensorflow-datasets>=4.9.10,<4.10",
+    "array-record>=0.8.6",
+    "grain>=0.2.18,<0.3",
+    "portpicker>=1.6",  # grain 0.2.x imports it
+    "ml-collections>=1.1,<2",
+    "clu==0.0.12",
+    # clu's metric writers import TensorFlow for the event-file writer, and need tensorboard beside it.
+    "tensorflow-cpu>=2.21,<2.22",
+    "tensorboard>=2.21,<3",
+    "numpy>=2.0,<3",
+    "pillow>=10",
+    "safetensors>=0.4",
+    "matplotlib>=3.8",
+    "scikit-learn>=1.4",  # ships the embedded default dataset (handwritten digits)
+    "tqdm>=4.60",
+    "absl-py>=2.0",
+]
+
+setup(
+    name="vit_jax",
+    version=VERSION,
+    description="Vision Transformers in JAX/Flax: pretraining, fine-tuning, checkpoints, sweeps.",
+    long_description=Path("README.md").read_text(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["vit_jax", "vit_jax.*"]),
+    package_data={"vit_jax": ["resources/*", "resources/**/*"]},
+    install_requires=INSTALL_REQUIRES,
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout>=2.2"],
+        "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
+        "tpu": ["jax[tpu]>=0.10.2,<0.11"],
+    },
+    entry_points={"console_scripts": ["vit-jax=vit_jax.cli:main"]},
+)

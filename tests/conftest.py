@@ -1,0 +1,23 @@
+"""Test set-up: 8 simulated CPU devices (mesh tests run in-process) and the persistent compilation cache."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from vit_jax.runtime import configure_jax  # noqa: E402
+
+configure_jax(num_cpu_devices=8, cache_dir=ROOT / ".cache" / "xla")
+
+
+GOLDEN = ROOT / "tests" / "data" / "golden"  # copied from ../shared/golden (see the README there)
+GOLDEN_CASES = ("tiny_token", "tiny_gap_rep", "tiny_hybrid")
+
+
+@pytest.fixture(scope="session")
+def golden_dir() -> Path:
+    return GOLDEN

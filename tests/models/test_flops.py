@@ -1,0 +1,50 @@
+"""Analytic FLOPs: the ViT paper's Table 6 compute and XLA's own count of the compiled forward pass."""
+
+import csv
+from importlib import resources
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from vit_jax.models import vit_config
+from vit_jax.models.flops import vit_flops
+from vit_jax.models.vit import FunctionalViT
+
+JFT_IMAGES = 300e6  # JFT-300M, nominal size per epoch
+
+
+def _table6():
+    text = resources.files("vit_jax.resources").joinpath("vit_table6.csv").read_text()
+    return list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+
+
+def test_b16_forward_flops():
+    f = vit_flops(vit_config("B/16", num_classes=0, image_size=224))
+    assert f.forward == pytest.approx(35.1e9, rel=0.005)
+    assert f.train == 3 * f.forward
+
+
+# ResNet50x2 is the paper's pure-CNN baseline in the same table; it is not a ViT, so it has no row here.
+@pytest.mark.parametrize("row", [r for r in _table6() if not r["model"].startswith("ResNet")], ids=lambda r: r["model"])
+def test_reproduces_paper_table6_exaflops(row):
+    variant = row["model"].replace("ViT-", "")
+    cfg = vit_config(variant, num_classes=0, image_size=224)
+    exaflops = vit_flops(cfg).train * JFT_IMAGES * int(row["epochs"]) / 1e18
+    assert exaflops == pytest.approx(float(row["pretrain_exaflops"]), rel=0.02)
+
+
+@pytest.mark.parametrize("variant,kw", [
+    ("Ti/16", {}),
+    ("S/16", dict(image_size=96, pool="map", rep_size=128)),
+    ("R26+S/32", dict(image_size=64, pool="gap")),
+])
+def test_matches_xla_cost_analysis(variant, kw):
+    cfg = vit_config(variant, num_classes=1000, **{"image_size": 224, **kw})
+    f = FunctionalViT(cfg)
+    batch = 2
+    compiled = jax.jit(lambda p, x: f.apply(p, x)[0]).lower(
+        f.shapes, jax.ShapeDtypeStruct((batch, *cfg.image_size, 3), jnp.float32)).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    assert cost["flops"] / batch == pytest.approx(vit_flops(cfg).forward, rel=0.10)

@@ -1,0 +1,189 @@
+"""Model configuration: the ViT family as one frozen dataclass, and variant strings such as "B/16" or "R50+B/16"."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+# Width, depth, MLP size and heads: ViT paper Table 1 (Ti/S/B/L/H) and Scaling ViT (Zhai et al. 2022) Table 2 (M/g/G).
+SIZES: dict[str, dict[str, int]] = {
+    "Ti": dict(width=192, depth=12, mlp_dim=768, num_heads=3),
+    "S": dict(width=384, depth=12, mlp_dim=1536, num_heads=6),
+    "M": dict(width=512, depth=12, mlp_dim=2048, num_heads=8),
+    "B": dict(width=768, depth=12, mlp_dim=3072, num_heads=12),
+    "L": dict(width=1024, depth=24, mlp_dim=4096, num_heads=16),
+    "H": dict(width=1280, depth=32, mlp_dim=5120, num_heads=16),
+    "g": dict(width=1408, depth=40, mlp_dim=6144, num_heads=16),
+    "G": dict(width=1664, depth=48, mlp_dim=8192, num_heads=16),
+}
+
+# BiT ResNet stems of the hybrids (ViT paper §4.1), by effective patch size on the image. R50 for /16 keeps three
+# stages (3, 4, 9): the 4th stage's units move into stage 3 so the stem downsamples by 16 and the Transformer sees 1x1
+# patches; /32 hybrids keep four stages (stride 32). These are the layouts of the official checkpoints.
+RESNET_STEMS: dict[str, dict[int, tuple[int, ...]]] = {
+    "R50": {16: (3, 4, 9), 32: (3, 4, 6, 3)},
+    "R26": {32: (2, 2, 2, 2)},
+}
+
+POOLS = ("token", "gap", "map")
+POSEMBS = ("learn", "sincos2d")
+GELUS = ("tanh", "erf")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTConfig:
+    """Everything that defines a ViT's parameters and computation.
+
+    Parameter shapes depend on `image_size` (the learned position embedding has one row per patch).
+    """
+
+    num_classes: int = 1000  # 0: no head; the model returns pre-logits features
+    image_size: tuple[int, int] = (224, 224)
+    patch_size: tuple[int, int] = (16, 16)
+    width: int = 768
+    depth: int = 12
+    mlp_dim: int = 3072
+    num_heads: int = 12
+    pool: str = "token"  # token | gap | map
+    posemb: str = "learn"  # learn | sincos2d
+    rep_size: int = 0  # >0: pre-logits Dense+tanh layer of this size (ViT paper pretraining head)
+    head_bias_init: float = 0.0  # -10 for sigmoid cross-entropy pretraining on ImageNet-21k (AugReg)
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    drop_path: float = 0.0  # stochastic depth rate of the last block; block i gets drop_path * i / (depth - 1)
+    gelu: str = "tanh"  # the official code uses the tanh approximation; "erf" is the exact GELU
+    dtype: str = "float32"  # compute dtype; parameters are always kept in param_dtype
+    param_dtype: str = "float32"
+    remat: str = "none"  # rematerialisation policy per block: none | full | dots | dots_no_batch
+    scan: bool = False  # one compiled block scanned over depth (fast compile for deep models)
+    resnet_layers: tuple[int, ...] = ()  # hybrid: units per BiT ResNet stage, e.g. (3, 4, 9) for R50
+    resnet_width: int = 1  # hybrid: width factor of the ResNet stem
+
+    def __post_init__(self):
+        def check(name, value, allowed):
+            if value not in allowed:
+                raise ValueError(f"ViTConfig.{name}={value!r} is not one of {allowed}")
+
+        check("pool", self.pool, POOLS)
+        check("posemb", self.posemb, POSEMBS)
+        check("gelu", self.gelu, GELUS)
+        check("remat", self.remat, REMAT_POLICIES)
+        check("dtype", self.dtype, DTYPES)
+        check("param_dtype", self.param_dtype, DTYPES)
+        if self.width % self.num_heads:
+            raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
+        if self.posemb == "sincos2d" and self.width % 4:
+            raise ValueError(f"sincos2d position embeddings need width divisible by 4, got {self.width}")
+        fh, fw = self.feature_grid_input
+        if fh % self.patch_size[0] or fw % self.patch_size[1]:
+            raise ValueError(
+                f"image size {self.image_size} (feature map {fh}x{fw} after the stem) is not divisible by patch "
+                f"size {self.patch_size}")
+
+    @property
+    def stem_stride(self) -> int:
+        """Downsampling of the hybrid ResNet stem before the patch embedding (1 for a plain ViT)."""
+        return stem_stride(self.resnet_layers)
+
+    @property
+    def feature_grid_input(self) -> tuple[int, int]:
+        s = self.stem_stride
+        if self.image_size[0] % s or self.image_size[1] % s:
+            raise ValueError(f"image size {self.image_size} is not divisible by the ResNet stem stride {s}")
+        return self.image_size[0] // s, self.image_size[1] // s
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """Patch grid (rows, columns) seen by the Transformer."""
+        fh, fw = self.feature_grid_input
+        return fh // self.patch_size[0], fw // self.patch_size[1]
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def seq_len(self) -> int:
+        return self.num_patches + (1 if self.pool == "token" else 0)
+
+    @property
+    def name(self) -> str:
+        size = next((k for k, v in SIZES.items() if v == dict(width=self.width, depth=self.depth,
+                                                              mlp_dim=self.mlp_dim, num_heads=self.num_heads)), None)
+        size = size or f"w{self.width}d{self.depth}m{self.mlp_dim}h{self.num_heads}"
+        stem = next((f"{k}+" for k, by_patch in RESNET_STEMS.items() if self.resnet_layers in by_patch.values()), "")
+        if self.resnet_layers and not stem:
+            stem = "R" + "-".join(map(str, self.resnet_layers)) + "+"
+        p = [x * self.stem_stride for x in self.patch_size]  # hybrids are named by their patch on the image
+        patch = str(p[0]) if p[0] == p[1] else f"{p[0]}x{p[1]}"
+        return f"{stem}ViT-{size}/{patch}"
+
+    def replace(self, **kw: Any) -> "ViTConfig":
+        return dataclasses.replace(self, **_normalise(kw))
+
+
+def stem_stride(resnet_layers: tuple[int, ...]) -> int:
+    """Downsampling of a BiT ResNet stem: root conv /2, max-pool /2, and /2 in every stage after the first."""
+    if not resnet_layers:
+        return 1
+    return 4 * 2 ** (len(resnet_layers) - 1)
+
+
+def _pair(v) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(int(x) for x in v)
+    if len(v) != 2:
+        raise ValueError(f"expected an int or a pair, got {v}")
+    return v
+
+
+def _normalise(kw: dict[str, Any]) -> dict[str, Any]:
+    kw = dict(kw)
+    for k in ("image_size", "patch_size"):
+        if k in kw:
+            kw[k] = _pair(kw[k])
+    if "resnet_layers" in kw:
+        kw["resnet_layers"] = tuple(int(x) for x in (kw["resnet_layers"] or ()))
+    if kw.get("rep_size") is None and "rep_size" in kw:
+        kw["rep_size"] = 0
+    if kw.get("num_classes") is None and "num_classes" in kw:
+        kw["num_classes"] = 0
+    return kw
+
+
+_VARIANT_RE = re.compile(r"^(?:(?P<stem>R\d+)(?:x(?P<wf>\d+))?\+)?(?:ViT-)?(?P<size>Ti|S|M|B|L|H|g|G)(?:/(?P<patch>\d+))?$")
+
+
+def parse_variant(variant: str) -> dict[str, Any]:
+    """"B/16" -> width/depth/mlp/heads/patch; "R50+B/16" adds the hybrid stem (patch counted on the feature map)."""
+    m = _VARIANT_RE.match(variant.strip())
+    if not m:
+        raise ValueError(f"unknown ViT variant {variant!r}: expected e.g. 'Ti/16', 'B/32', 'H/14', 'R50+B/16' "
+                         f"(sizes {', '.join(SIZES)}; stems {', '.join(RESNET_STEMS)})")
+    out: dict[str, Any] = dict(SIZES[m["size"]])
+    if m["stem"]:
+        if m["stem"] not in RESNET_STEMS:
+            raise ValueError(f"unknown ResNet stem {m['stem']!r} in {variant!r}; known: {', '.join(RESNET_STEMS)}")
+        by_patch = RESNET_STEMS[m["stem"]]
+        patch = int(m["patch"] or min(by_patch))
+        if patch not in by_patch:
+            raise ValueError(f"{variant}: the {m['stem']} stem exists for patch sizes {sorted(by_patch)}")
+        # Hybrids are named by their effective patch on the image; the stem already downsamples by that much, so the
+        # Transformer sees 1x1 patches of the feature map.
+        out["resnet_layers"] = by_patch[patch]
+        out["resnet_width"] = int(m["wf"] or 1)
+        out["patch_size"] = (patch // stem_stride(by_patch[patch]),) * 2
+    elif m["patch"]:
+        out["patch_size"] = (int(m["patch"]),) * 2
+    return out
+
+
+def vit_config(variant: str | None = None, **overrides: Any) -> ViTConfig:
+    """Builds a ViTConfig from a variant string plus keyword overrides (custom sizes by keyword)."""
+    kw = parse_variant(variant) if variant else {}
+    kw.update(overrides)
+    return ViTConfig(**_normalise(kw))

@@ -1,0 +1,73 @@
+"""Analytic FLOPs of a ViT forward pass per image (2 FLOPs per multiply-accumulate, attention included).
+
+Only matrix products and convolutions are counted (elementwise work is a few percent and depends on fusion); a
+training step is taken as 3x the forward pass (forward + backward w.r.t. activations and weights), the convention
+of the ViT paper's compute figures (Table 6, Fig. 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from vit_jax.models.config import ViTConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Flops:
+    forward: float  # per image
+    breakdown: dict  # forward FLOPs per component
+
+    @property
+    def train(self) -> float:
+        return 3.0 * self.forward
+
+
+def _resnet_flops(cfg: ViTConfig) -> tuple[float, int, int, int]:
+    """FLOPs of the BiT stem and the (height, width, channels) of its output."""
+    h, w = cfg.image_size
+    width = 64 * cfg.resnet_width
+
+    def conv(hout, wout, k, cin, cout):
+        return 2.0 * hout * wout * k * k * cin * cout
+
+    h, w = -(-h // 2), -(-w // 2)
+    total = conv(h, w, 7, 3, width)
+    h, w = -(-h // 2), -(-w // 2)  # max-pool
+    cin = width
+    for s, units in enumerate(cfg.resnet_layers, 1):
+        f = width * 2 ** (s - 1)
+        for u in range(1, units + 1):
+            stride = 2 if (u == 1 and s > 1) else 1
+            ho, wo = -(-h // stride), -(-w // stride)
+            if cin != 4 * f or stride != 1:
+                total += conv(ho, wo, 1, cin, 4 * f)
+            total += conv(h, w, 1, cin, f) + conv(ho, wo, 3, f, f) + conv(ho, wo, 1, f, 4 * f)
+            h, w, cin = ho, wo, 4 * f
+    return total, h, w, cin
+
+
+def vit_flops(cfg: ViTConfig) -> Flops:
+    d, m, depth = cfg.width, cfg.mlp_dim, cfg.depth
+    n, t = cfg.num_patches, cfg.seq_len
+    ph, pw = cfg.patch_size
+    parts: dict[str, float] = {}
+    cin = 3
+    if cfg.resnet_layers:
+        parts["stem"], _, _, cin = _resnet_flops(cfg)
+    parts["patch_embedding"] = 2.0 * n * ph * pw * cin * d
+    per_block = {
+        "qkv": 2.0 * t * d * 3 * d,
+        "attention": 2.0 * 2 * t * t * d,  # q.k logits and weights.v
+        "attn_out": 2.0 * t * d * d,
+        "mlp": 2.0 * 2 * t * d * m,
+    }
+    parts["encoder"] = depth * sum(per_block.values())
+    if cfg.pool == "map":
+        parts["map_head"] = 2.0 * (d * d + n * d * 2 * d + 2 * n * d + d * d + 2 * d * m)
+    feat = d
+    if cfg.rep_size:
+        parts["pre_logits"] = 2.0 * d * cfg.rep_size
+        feat = cfg.rep_size
+    if cfg.num_classes:
+        parts["head"] = 2.0 * feat * cfg.num_classes
+    return Flops(forward=sum(parts.values()), breakdown=parts)

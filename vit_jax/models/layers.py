@@ -1,0 +1,244 @@
+"""Transformer building blocks in Flax NNX, with logical sharding axes on every parameter.
+
+Randomness (dropout, stochastic depth) is passed in as explicit keys rather than NNX Rngs state, so a block is a pure
+function of (params, inputs, key): the encoder can scan and rematerialise it with plain `jax.lax.scan` /
+`jax.checkpoint`, and the same key gives the same masks whatever the layout (scan or unrolled).
+
+Logical axes used here (mapped to mesh axes by vit_jax.parallel): embed, mlp, heads, kv, vocab, layers; `None` and
+"norm" stay replicated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+LN_EPS = 1e-6  # the official ViT code's LayerNorm epsilon (flax default)
+
+
+def param(rngs: nnx.Rngs | None, init, shape, dtype, axes) -> nnx.Param:
+    """A parameter carrying its logical sharding axes as `logical_axes` metadata."""
+    assert len(axes) == len(shape), (shape, axes)
+    key = rngs.params() if rngs is not None else jax.random.key(0)
+    return nnx.Param(init(key, shape, dtype), logical_axes=tuple(axes))
+
+
+def xavier_uniform_flat(n_in_dims: int):
+    """Xavier-uniform over the kernel flattened to (prod(in dims), prod(out dims)), as linen's DenseGeneral does."""
+
+    def init(key, shape, dtype):
+        fan_in = int(np.prod(shape[:n_in_dims]))
+        fan_out = int(np.prod(shape[n_in_dims:]))
+        limit = math.sqrt(6.0 / (fan_in + fan_out))
+        return jax.random.uniform(key, shape, dtype, -limit, limit)
+
+    return init
+
+
+def lecun_normal(n_in_dims: int):
+    def init(key, shape, dtype):
+        fan_in = int(np.prod(shape[:n_in_dims]))
+        # truncated normal with the variance of a unit normal, like jax.nn.initializers.lecun_normal
+        std = math.sqrt(1.0 / fan_in) / 0.87962566103423978
+        return std * jax.random.truncated_normal(key, -2.0, 2.0, shape, dtype)
+
+    return init
+
+
+def zeros(key, shape, dtype):
+    del key
+    return jnp.zeros(shape, dtype)
+
+
+def ones(key, shape, dtype):
+    del key
+    return jnp.ones(shape, dtype)
+
+
+def normal(stddev: float):
+    def init(key, shape, dtype):
+        return stddev * jax.random.normal(key, shape, dtype)
+
+    return init
+
+
+def constant(value: float):
+    def init(key, shape, dtype):
+        del key
+        return jnp.full(shape, value, dtype)
+
+    return init
+
+
+def gelu(x: jax.Array, kind: str) -> jax.Array:
+    return jax.nn.gelu(x, approximate=(kind == "tanh"))
+
+
+def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
+    """Inverted dropout; a no-op when `key` is None (evaluation) or the rate is 0."""
+    if key is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+def drop_path(x: jax.Array, rate, key: jax.Array | None) -> jax.Array:
+    """Stochastic depth: drops the whole residual branch per example. `rate` may be traced (scanned blocks)."""
+    if key is None:
+        return x
+    keep_prob = 1.0 - rate
+    keep = jax.random.bernoulli(key, keep_prob, (x.shape[0],) + (1,) * (x.ndim - 1))
+    return jnp.where(keep, x / keep_prob, 0).astype(x.dtype)
+
+
+class Linear(nnx.Module):
+    """y = x @ kernel + bias over the last axis; kernel (in, out)."""
+
+    def __init__(self, din: int, dout: int, axes: tuple, *, kernel_init, bias_init=zeros, param_dtype, rngs):
+        self.kernel = param(rngs, kernel_init, (din, dout), param_dtype, axes)
+        self.bias = param(rngs, bias_init, (dout,), param_dtype, axes[1:])
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = jnp.einsum("...i,io->...o", x, self.kernel[...].astype(x.dtype))
+        return y + self.bias[...].astype(x.dtype)
+
+
+class PatchEmbed(nnx.Module):
+    """A (ph, pw, in, D) convolution with stride = patch size, computed as a matmul on flattened patches."""
+
+    def __init__(self, patch_size: tuple[int, int], cin: int, dim: int, *, param_dtype, rngs):
+        self.kernel = param(rngs, lecun_normal(3), (*patch_size, cin, dim), param_dtype, (None, None, None, "embed"))
+        self.bias = param(rngs, zeros, (dim,), param_dtype, ("embed",))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        ph, pw, c, d = self.kernel.shape
+        b, h, w, _ = x.shape
+        gh, gw = h // ph, w // pw
+        patches = x.reshape(b, gh, ph, gw, pw, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, gh * gw, ph * pw * c)
+        return patches @ self.kernel[...].reshape(ph * pw * c, d).astype(x.dtype) + self.bias[...].astype(x.dtype)
+
+
+class LayerNorm(nnx.Module):
+    """LayerNorm with statistics in float32 whatever the compute dtype (bf16 variance underflows)."""
+
+    def __init__(self, dim: int, *, param_dtype, rngs):
+        self.scale = param(rngs, ones, (dim,), param_dtype, ("norm",))
+        self.bias = param(rngs, zeros, (dim,), param_dtype, ("norm",))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        xf = x.astype(jnp.float32)
+        mean = xf.mean(-1, keepdims=True)
+        var = jnp.square(xf - mean).mean(-1, keepdims=True)
+        y = (xf - mean) * jax.lax.rsqrt(var + LN_EPS)
+        y = y * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)
+        return y.astype(x.dtype)
+
+
+class HeadProjection(nnx.Module):
+    """Query/key/value projection: kernel (embed, heads, head_dim), bias (heads, head_dim) — the official layout."""
+
+    def __init__(self, dim: int, heads: int, *, param_dtype, rngs):
+        self.kernel = param(rngs, xavier_uniform_flat(1), (dim, heads, dim // heads), param_dtype,
+                            ("embed", "heads", "kv"))
+        self.bias = param(rngs, zeros, (heads, dim // heads), param_dtype, ("heads", "kv"))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return jnp.einsum("btd,dhk->bthk", x, self.kernel[...].astype(x.dtype)) + self.bias[...].astype(x.dtype)
+
+
+class OutProjection(nnx.Module):
+    """Attention output projection: kernel (heads, head_dim, embed), bias (embed,)."""
+
+    def __init__(self, dim: int, heads: int, *, param_dtype, rngs):
+        self.kernel = param(rngs, xavier_uniform_flat(2), (heads, dim // heads, dim), param_dtype,
+                            ("heads", "kv", "embed"))
+        self.bias = param(rngs, zeros, (dim,), param_dtype, ("embed",))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return jnp.einsum("bthk,hkd->btd", x, self.kernel[...].astype(x.dtype)) + self.bias[...].astype(x.dtype)
+
+
+def attention(q, k, v, *, dropout_rate: float = 0.0, key=None, return_weights: bool = False):
+    """Scaled dot-product attention over (batch, time, heads, head_dim) inputs.
+
+    The common path is `jax.nn.dot_product_attention` (cuDNN's fused kernel on GPU where it applies, XLA elsewhere).
+    The explicit softmax path is used when the weights are wanted (analyses) or attention dropout is active, which
+    the fused kernel cannot do.
+    """
+    if not return_weights and (key is None or dropout_rate == 0.0):
+        return jax.nn.dot_product_attention(q, k, v), None
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    weights = jax.nn.softmax(logits, axis=-1)
+    probs = dropout(weights, dropout_rate, key).astype(v.dtype)
+    out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+    return out, (weights if return_weights else None)
+
+
+class MultiHeadAttention(nnx.Module):
+    def __init__(self, dim: int, heads: int, *, param_dtype, rngs):
+        self.query = HeadProjection(dim, heads, param_dtype=param_dtype, rngs=rngs)
+        self.key = HeadProjection(dim, heads, param_dtype=param_dtype, rngs=rngs)
+        self.value = HeadProjection(dim, heads, param_dtype=param_dtype, rngs=rngs)
+        self.out = OutProjection(dim, heads, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x_q, x_kv, *, dropout_rate=0.0, key=None, return_weights=False):
+        out, weights = attention(self.query(x_q), self.key(x_kv), self.value(x_kv), dropout_rate=dropout_rate,
+                                 key=key, return_weights=return_weights)
+        return self.out(out), weights
+
+
+class Mlp(nnx.Module):
+    """Dense -> GELU -> dropout -> Dense -> dropout (the official MlpBlock)."""
+
+    def __init__(self, dim: int, mlp_dim: int, *, param_dtype, rngs):
+        self.fc1 = Linear(dim, mlp_dim, ("embed", "mlp"), kernel_init=xavier_uniform_flat(1),
+                          bias_init=normal(1e-6), param_dtype=param_dtype, rngs=rngs)
+        self.fc2 = Linear(mlp_dim, dim, ("mlp", "embed"), kernel_init=xavier_uniform_flat(1),
+                          bias_init=normal(1e-6), param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x, *, gelu_kind: str, dropout_rate: float = 0.0, keys=(None, None)):
+        x = dropout(gelu(self.fc1(x), gelu_kind), dropout_rate, keys[0])
+        return dropout(self.fc2(x), dropout_rate, keys[1])
+
+
+class EncoderBlock(nnx.Module):
+    """Pre-LayerNorm Transformer block: x + MHSA(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, dim: int, mlp_dim: int, heads: int, *, param_dtype, rngs):
+        self.ln1 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs)
+        self.attn = MultiHeadAttention(dim, heads, param_dtype=param_dtype, rngs=rngs)
+        self.ln2 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs)
+        self.mlp = Mlp(dim, mlp_dim, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x, *, gelu_kind: str, dropout_rate=0.0, attention_dropout=0.0, drop_path_rate=0.0,
+                 key=None, return_weights=False):
+        keys = list(jax.random.split(key, 6)) if key is not None else [None] * 6
+        use_drop_path = not (isinstance(drop_path_rate, (int, float)) and drop_path_rate == 0.0)
+        y = self.ln1(x)
+        y, weights = self.attn(y, y, dropout_rate=attention_dropout, key=keys[0], return_weights=return_weights)
+        y = dropout(y, dropout_rate, keys[1])
+        x = x + (drop_path(y, drop_path_rate, keys[2]) if use_drop_path else y)
+        y = self.mlp(self.ln2(x), gelu_kind=gelu_kind, dropout_rate=dropout_rate, keys=(keys[3], keys[4]))
+        x = x + (drop_path(y, drop_path_rate, keys[5]) if use_drop_path else y)
+        return x, weights
+
+
+class MAPHead(nnx.Module):
+    """Multihead attention pooling: a learned probe attends over the tokens, followed by a residual MLP."""
+
+    def __init__(self, dim: int, mlp_dim: int, heads: int, *, param_dtype, rngs):
+        self.probe = param(rngs, xavier_uniform_flat(2), (1, 1, dim), param_dtype, (None, None, "embed"))
+        self.attn = MultiHeadAttention(dim, heads, param_dtype=param_dtype, rngs=rngs)
+        self.ln = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs)
+        self.mlp = Mlp(dim, mlp_dim, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x, *, gelu_kind: str):
+        probe = jnp.broadcast_to(self.probe[...].astype(x.dtype), (x.shape[0], 1, x.shape[-1]))
+        x, _ = self.attn(probe, x)
+        x = x + self.mlp(self.ln(x), gelu_kind=gelu_kind)
+        return x[:, 0]

@@ -1,0 +1,221 @@
+"""The Vision Transformer (Dosovitskiy et al., 2021) in Flax NNX.
+
+Image -> (optional BiT ResNet stem) -> P x P patches linearly embedded -> [class token] + position embeddings ->
+pre-LN Transformer blocks -> final LayerNorm -> pooling (class token, global average, or attention pooling) ->
+(optional pre-logits Dense+tanh) -> linear head.
+
+Encoder blocks are always stored stacked along a leading `layers` axis: the same parameters (and checkpoints) serve
+the unrolled loop and the `scan=True` single compiled block, so the choice is a compile-time switch only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vit_jax.models import layers as L
+from vit_jax.models.config import ViTConfig
+from vit_jax.models.resnet import ResNetStem, resnet_out_channels
+
+REMAT_POLICIES = {
+    "full": None,  # save nothing: recompute the whole block in the backward pass
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0) -> np.ndarray:
+    """Fixed 2D sin-cos position embedding (MoCo v3 / big_vision): (1, h*w, width)."""
+    y, x = np.mgrid[:h, :w]
+    omega = np.arange(width // 4) / (width // 4 - 1)
+    omega = 1.0 / (temperature**omega)
+    y = np.einsum("m,d->md", y.flatten(), omega)
+    x = np.einsum("m,d->md", x.flatten(), omega)
+    return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)[None].astype(np.float32)
+
+
+class Encoder(nnx.Module):
+    def __init__(self, cfg: ViTConfig, *, rngs: nnx.Rngs):
+        pd = jnp.dtype(cfg.param_dtype)
+
+        @nnx.vmap(in_axes=0, out_axes=0)
+        def make_blocks(key):
+            return L.EncoderBlock(cfg.width, cfg.mlp_dim, cfg.num_heads, param_dtype=pd, rngs=nnx.Rngs(params=key))
+
+        self.blocks = make_blocks(jax.random.split(rngs.params(), cfg.depth))
+        for _, v in nnx.iter_graph(self.blocks):
+            if isinstance(v, nnx.Variable):
+                v.set_metadata(logical_axes=("layers",) + tuple(v.get_metadata()["logical_axes"]))
+        self.norm = L.LayerNorm(cfg.width, param_dtype=pd, rngs=rngs)
+        self.cfg = cfg
+
+    def __call__(self, x, *, key=None, capture_blocks=False, capture_attention=False):
+        cfg = self.cfg
+        graphdef, stacked = nnx.split(self.blocks)
+        depth = cfg.depth
+        rates = jnp.asarray(cfg.drop_path * np.arange(depth) / max(depth - 1, 1), jnp.float32)
+        keys = jax.random.split(key, depth) if key is not None else None
+
+        def block_fn(x, params, block_key, rate):
+            block = nnx.merge(graphdef, params)
+            y, weights = block(x, gelu_kind=cfg.gelu, dropout_rate=cfg.dropout if block_key is not None else 0.0,
+                               attention_dropout=cfg.attention_dropout if block_key is not None else 0.0,
+                               drop_path_rate=rate if (cfg.drop_path and block_key is not None) else 0.0,
+                               key=block_key, return_weights=capture_attention)
+            return y, ((y if capture_blocks else None), weights)
+
+        if cfg.remat != "none":
+            block_fn = jax.checkpoint(block_fn, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan)
+
+        if cfg.scan:
+            def body(x, xs):
+                params, block_key, rate = xs
+                return block_fn(x, params, block_key, rate)
+
+            x, (per_block, weights) = jax.lax.scan(body, x, (stacked, keys, rates))
+        else:
+            outs = []
+            for i in range(depth):
+                params = jax.tree.map(lambda a: a[i], stacked)
+                x, out = block_fn(x, params, None if keys is None else keys[i], rates[i])
+                outs.append(out)
+            per_block, weights = jax.tree.map(lambda *a: jnp.stack(a), *outs) if outs else (None, None)
+        return self.norm(x), per_block, weights
+
+
+class ViT(nnx.Module):
+    """Vision Transformer; see ViTConfig for the options.
+
+    Call: `logits, out = model(images, train=False, rng=None, capture=())` with images (B, H, W, 3) in [-1, 1].
+    `out` holds named intermediates: `pre_logits` (the features a linear probe / few-shot evaluator reads),
+    `encoded` (all tokens after the final LayerNorm), and on request (`capture`) `blocks` (tokens after every block,
+    (depth, B, T, D)) and `attention` (softmax weights, (depth, B, heads, T, T)).
+    """
+
+    def __init__(self, cfg: ViTConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        pd = jnp.dtype(cfg.param_dtype)
+        kw = dict(param_dtype=pd, rngs=rngs)
+        if cfg.resnet_layers:
+            self.stem = ResNetStem(cfg.resnet_layers, cfg.resnet_width, **kw)
+            cin = resnet_out_channels(cfg.resnet_layers, cfg.resnet_width)
+        else:
+            self.stem = None
+            cin = 3
+        self.embedding = L.PatchEmbed(cfg.patch_size, cin, cfg.width, **kw)
+        self.cls = L.param(rngs, L.zeros, (1, 1, cfg.width), pd, (None, None, "embed")) if cfg.pool == "token" else None
+        if cfg.posemb == "learn":
+            self.pos_embedding = L.param(rngs, L.normal(0.02), (1, cfg.seq_len, cfg.width), pd,
+                                         (None, None, "embed"))
+        else:
+            self.pos_embedding = None
+        self.encoder = Encoder(cfg, rngs=rngs)
+        self.map_head = (L.MAPHead(cfg.width, cfg.mlp_dim, cfg.num_heads, **kw) if cfg.pool == "map" else None)
+        feat = cfg.width
+        if cfg.rep_size:
+            self.pre_logits = L.Linear(cfg.width, cfg.rep_size, ("embed", "mlp"), kernel_init=L.lecun_normal(1), **kw)
+            feat = cfg.rep_size
+        else:
+            self.pre_logits = None
+        if cfg.num_classes:
+            # Zero-initialised head (ViT paper §3.2); bias -10 for sigmoid pretraining keeps the initial loss small.
+            self.head = L.Linear(feat, cfg.num_classes, ("embed", "vocab"), kernel_init=L.zeros,
+                                 bias_init=L.constant(cfg.head_bias_init), **kw)
+        else:
+            self.head = None
+
+    def embed(self, images: jax.Array) -> jax.Array:
+        """Images -> patch tokens (B, N, D) (before class token and position embedding)."""
+        cfg = self.cfg
+        x = images.astype(jnp.dtype(cfg.dtype))
+        if self.stem is not None:
+            x = self.stem(x)
+        grid = (x.shape[1] // cfg.patch_size[0], x.shape[2] // cfg.patch_size[1])
+        if grid != cfg.grid:
+            raise ValueError(f"input {images.shape[1:3]} gives a {grid[0]}x{grid[1]} patch grid but the model was "
+                             f"built for {cfg.grid} (image_size={cfg.image_size}); resize the position embedding to "
+                             "change the resolution")
+        return self.embedding(x)
+
+    def __call__(self, images: jax.Array, *, train: bool = False, rng: jax.Array | None = None,
+                 capture: tuple[str, ...] = ()) -> tuple[jax.Array, dict[str, Any]]:
+        cfg = self.cfg
+        needs_rng = train and (cfg.dropout or cfg.attention_dropout or cfg.drop_path)
+        if needs_rng and rng is None:
+            raise ValueError("train=True with dropout/drop-path needs an `rng` key")
+        unknown = set(capture) - {"blocks", "attention"}
+        if unknown:
+            raise ValueError(f"unknown capture {sorted(unknown)}; use 'blocks' and/or 'attention'")
+        k_embed, k_enc = jax.random.split(rng) if needs_rng else (None, None)
+
+        x = self.embed(images)
+        dtype = x.dtype
+        if self.cls is not None:
+            x = jnp.concatenate([jnp.broadcast_to(self.cls[...].astype(dtype), (x.shape[0], 1, cfg.width)), x], 1)
+        if self.pos_embedding is not None:
+            x = x + self.pos_embedding[...].astype(dtype)
+        else:
+            pe = posemb_sincos_2d(*cfg.grid, cfg.width)
+            if self.cls is not None:  # the class token gets no position
+                pe = np.concatenate([np.zeros((1, 1, cfg.width), np.float32), pe], 1)
+            x = x + jnp.asarray(pe, dtype)
+        x = L.dropout(x, cfg.dropout, k_embed)
+
+        encoded, per_block, weights = self.encoder(x, key=k_enc, capture_blocks="blocks" in capture,
+                                                   capture_attention="attention" in capture)
+        out: dict[str, Any] = {"encoded": encoded}
+        if cfg.pool == "token":
+            x = encoded[:, 0]
+        elif cfg.pool == "gap":
+            x = encoded.mean(axis=1)
+        else:
+            x = self.map_head(encoded, gelu_kind=cfg.gelu)
+        if self.pre_logits is not None:
+            x = jnp.tanh(self.pre_logits(x))
+        out["pre_logits"] = x
+        if "blocks" in capture:
+            out["blocks"] = per_block
+        if "attention" in capture:
+            out["attention"] = weights
+        logits = self.head(x) if self.head is not None else x
+        return logits.astype(jnp.float32), out
+
+
+def count_params(tree) -> int:
+    return int(sum(np.prod(x.shape) for x in jax.tree.leaves(tree)))
+
+
+class FunctionalViT:
+    """The ViT as pure functions of a parameter pytree (a nested dict of arrays).
+
+    This is the form that jit, sharding, optimizers and checkpoints handle: `init(rng) -> params`,
+    `apply(params, images, **kw) -> (logits, out)`, plus the abstract `shapes` and the `logical_axes` of every
+    parameter (for the mesh rules of vit_jax.parallel), both nested dicts with the same structure as params.
+    """
+
+    def __init__(self, cfg: ViTConfig):
+        self.cfg = cfg
+        abstract = nnx.eval_shape(lambda: ViT(cfg, rngs=nnx.Rngs(0)))
+        self.graphdef, state = nnx.split(abstract)
+        self.shapes = nnx.to_pure_dict(state)
+        self.logical_axes = _map_variables(state, lambda v: tuple(v.get_metadata()["logical_axes"]))
+
+    def init(self, rng: jax.Array) -> dict[str, Any]:
+        return nnx.to_pure_dict(nnx.state(ViT(self.cfg, rngs=nnx.Rngs(params=rng))))
+
+    def apply(self, params: dict[str, Any], images: jax.Array, **kw) -> tuple[jax.Array, dict[str, Any]]:
+        return nnx.merge(self.graphdef, params)(images, **kw)
+
+    def num_params(self) -> int:
+        return count_params(self.shapes)
+
+
+def _map_variables(state, fn):
+    out = {}
+    for k, v in state.items():
+        out[k] = fn(v) if isinstance(v, nnx.Variable) else _map_variables(v, fn)
+    return out
