@@ -14,7 +14,7 @@ from vit_jax.runtime import configure_jax  # noqa: E402
 configure_jax(num_cpu_devices=8, cache_dir=ROOT / ".cache" / "xla")
 
 
-GOLDEN = ROOT / "tests" / "data" / "golden"  # copied from ../shared/golden (see the README there)
+GOLDEN = ROOT / "tests" / "assets" / "golden"  # copied from ../shared/golden (see the README there)
 GOLDEN_CASES = ("tiny_token", "tiny_gap_rep", "tiny_hybrid")
 
 

@@ -1,0 +1,50 @@
+"""The `vit-jax` command: one entry point, subcommands implemented by the modules that own them.
+
+Each subcommand module exposes `main(argv: list[str]) -> int | None` and parses its own arguments, so
+`vit-jax --help` stays fast (nothing heavy is imported until a command runs).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("vit_jax.main", "train / fine-tune / evaluate from a config (same as python -m vit_jax.main)"),
+    "convert": ("vit_jax.checkpoints.convert", "convert a checkpoint between official, big_vision and timm layouts"),
+    "predict": ("vit_jax.predict", "run a checkpoint on images and write logits"),
+}
+
+
+def register(name: str, module: str, help_text: str) -> None:
+    COMMANDS[name] = (module, help_text)
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: vit-jax COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_text}" for name, (_, help_text) in sorted(COMMANDS.items())]
+    lines += ["", "`vit-jax COMMAND --help` describes a command's arguments."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        print(f"vit-jax: unknown command '{name}'{hint}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main([f"vit-jax {name}", *rest] if name == "train" else rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
