@@ -1,0 +1,71 @@
+"""`vit-jax convert SRC DST --to {official,big_vision,timm}`: change a checkpoint's layout, optionally with surgery.
+
+SRC may be an official/big_vision `.npz`, a timm `.safetensors` exported by us, or one of our training checkpoints
+(a workdir, its `checkpoints/` folder, or one step folder). The architecture is inferred from SRC.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+
+from vit_jax.checkpoints.layouts import LAYOUTS
+from vit_jax.checkpoints.loading import load_any
+from vit_jax.checkpoints.npz import save_npz_params
+from vit_jax.checkpoints.surgery import RESIZE_METHODS, adapt_params
+from vit_jax.checkpoints.timm import save_timm
+from vit_jax.models.vit import FunctionalViT
+
+
+def _size(text: str) -> tuple[int, int]:
+    h, _, w = text.lower().partition("x")
+    return int(h), int(w or h)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="vit-jax convert", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    ap.add_argument("--to", required=True, choices=(*LAYOUTS, "timm"))
+    ap.add_argument("--image-size", type=_size, help="new resolution, e.g. 384 or 384x512: resizes the posemb")
+    ap.add_argument("--num-classes", type=int, help="replace the head with a zero-initialised one of this size")
+    ap.add_argument("--drop-pre-logits", action="store_true", help="remove the representation layer")
+    ap.add_argument("--posemb-method", default="bicubic", choices=RESIZE_METHODS)
+    args = ap.parse_args(argv)
+
+    cfg, params = load_any(args.src)
+    print(f"loaded {args.src}: {describe(cfg)}")
+    changes = {}
+    if args.image_size:
+        changes["image_size"] = args.image_size
+    if args.num_classes is not None:
+        changes["num_classes"] = args.num_classes
+    if args.drop_pre_logits:
+        changes["rep_size"] = 0
+    if changes:
+        target = cfg.replace(**changes)
+        init = FunctionalViT(target).init(jax.random.key(0))
+        reinit = ("head",) if "num_classes" in changes or "rep_size" in changes else ()
+        params, notes = adapt_params(params, cfg, init, target, reinit=reinit, posemb_method=args.posemb_method)
+        for note in notes:
+            print(f"  {note}")
+        cfg = target
+    if args.to == "timm":
+        save_timm(args.dst, params, cfg)
+    else:
+        save_npz_params(args.dst, params, cfg, layout=args.to)
+    print(f"wrote {args.dst} ({args.to} layout): {describe(cfg)}")
+    return 0
+
+
+def describe(cfg) -> str:
+    extra = [f"pool={cfg.pool}", f"posemb={cfg.posemb}", f"classes={cfg.num_classes}",
+             f"image={cfg.image_size[0]}x{cfg.image_size[1]}"]
+    if cfg.rep_size:
+        extra.append(f"pre-logits={cfg.rep_size}")
+    if cfg.resnet_layers:
+        extra.append(f"resnet={cfg.resnet_layers}x{cfg.resnet_width}")
+    return (f"{cfg.name} (width {cfg.width}, depth {cfg.depth}, heads {cfg.num_heads}, mlp {cfg.mlp_dim}, "
+            f"patch {cfg.patch_size[0]}x{cfg.patch_size[1]}, {', '.join(extra)})")

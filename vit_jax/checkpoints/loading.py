@@ -1,0 +1,31 @@
+"""One entry point for every checkpoint a user may hold: `load_any(path) -> (ViTConfig, params)`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from vit_jax.models.config import ViTConfig
+
+
+def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig, dict[str, Any]]:
+    """Loads parameters (numpy, our nested layout) and the architecture from any supported checkpoint.
+
+    - `.npz`: official ViT / AugReg or big_vision layout (architecture inferred from the arrays);
+    - `.safetensors`: a timm ViT state dict (as written by `vit-jax convert --to timm`);
+    - a directory: one of our training runs (workdir), its `checkpoints/` folder, or a single step folder.
+    """
+    path = os.fspath(path)
+    if path.endswith(".npz"):
+        from vit_jax.checkpoints.npz import load_npz_params
+
+        return load_npz_params(path, **infer_kw)
+    if path.endswith(".safetensors"):
+        from vit_jax.checkpoints.timm import load_timm
+
+        return load_timm(path)
+    if os.path.isdir(path) or path.startswith("gs://"):
+        from vit_jax.checkpoints.training import load_params_from_run
+
+        return load_params_from_run(path)
+    raise FileNotFoundError(f"{path}: not an .npz, .safetensors or training checkpoint directory")

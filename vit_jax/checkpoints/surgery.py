@@ -1,0 +1,94 @@
+"""Fine-tune surgery (ViT paper §3.2): new head, dropped pre-logits, position embeddings resized to a new grid.
+
+`adapt_params` merges pretrained parameters into a freshly initialised target model and returns a precise account
+of every change; anything it cannot explain (a different width, a missing block, ...) is one loud error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vit_jax.checkpoints.layouts import CheckpointMismatchError, flatten, unflatten
+from vit_jax.models.config import ViTConfig
+
+RESIZE_METHODS = ("bicubic", "bilinear")
+
+
+def resize_posemb(posemb: np.ndarray, old_grid: tuple[int, int], new_grid: tuple[int, int], num_prefix: int,
+                  method: str = "bicubic") -> np.ndarray:
+    """Resizes a (1, prefix + gh*gw, D) position embedding to a new (rectangular) grid, prefix rows kept apart."""
+    if method not in RESIZE_METHODS:
+        raise ValueError(f"unknown position-embedding resize method {method!r}; use one of {RESIZE_METHODS}")
+    posemb = np.asarray(posemb)
+    prefix, grid = posemb[:, :num_prefix], posemb[0, num_prefix:]
+    gh, gw = old_grid
+    if grid.shape[0] != gh * gw:
+        raise CheckpointMismatchError(f"position embedding has {grid.shape[0]} patch rows, not {gh}x{gw}")
+    if tuple(old_grid) == tuple(new_grid):
+        return posemb
+    grid = grid.reshape(gh, gw, -1).astype(np.float32)
+    # antialias=False: this is interpolation of a smooth field, not image downsampling (and it is the standard).
+    resized = jax.image.resize(jnp.asarray(grid), (*new_grid, grid.shape[-1]), method=method, antialias=False)
+    resized = np.asarray(resized, dtype=posemb.dtype).reshape(1, new_grid[0] * new_grid[1], -1)
+    return np.concatenate([prefix, resized], axis=1)
+
+
+def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dict[str, Any], target_cfg: ViTConfig,
+                 *, reinit: tuple[str, ...] = ("head",), posemb_method: str = "bicubic"
+                 ) -> tuple[dict[str, Any], list[str]]:
+    """Pretrained params -> params of `target_cfg`, starting from its fresh init `target_init`.
+
+    - parameters under a `reinit` prefix (default: the head) keep their fresh (zero) initialisation;
+    - a pre-logits layer the target lacks is dropped; one the target adds stays freshly initialised;
+    - the learned position embedding is resized to the target grid (class-token row kept apart);
+    - everything else must match in name and shape, or a CheckpointMismatchError lists every difference.
+    """
+    src = {k: np.asarray(v) for k, v in flatten(loaded).items()}
+    dst = flatten(target_init)
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    missing, mismatched = [], []
+    if loaded_cfg.pool != target_cfg.pool and not (
+            {loaded_cfg.pool, target_cfg.pool} <= {"token", "gap"} and "pos_embedding" not in dst):
+        raise CheckpointMismatchError(
+            f"checkpoint pools with '{loaded_cfg.pool}' but the config asks for '{target_cfg.pool}'; set "
+            f"model.pool='{loaded_cfg.pool}'")
+
+    def under(key, prefixes):
+        return any(key == p or key.startswith(p + "/") for p in prefixes)
+
+    for key, init_value in dst.items():
+        if under(key, reinit):
+            out[key] = init_value
+            if key in src:
+                notes.append(f"re-initialised {key} {tuple(src[key].shape)} -> {tuple(init_value.shape)}")
+            continue
+        if key not in src:
+            if under(key, ("pre_logits",)):
+                out[key] = init_value
+                notes.append(f"new {key} (fresh init)")
+                continue
+            missing.append(key)
+            continue
+        value = src.pop(key)
+        if key == "pos_embedding" and value.shape != init_value.shape:
+            value = resize_posemb(value, loaded_cfg.grid, target_cfg.grid,
+                                  1 if loaded_cfg.pool == "token" else 0, posemb_method)
+            notes.append(f"resized pos_embedding {loaded_cfg.grid} -> {target_cfg.grid} ({posemb_method})")
+        if tuple(value.shape) != tuple(init_value.shape):
+            mismatched.append(f"{key} {tuple(value.shape)} vs {tuple(init_value.shape)}")
+            continue
+        out[key] = value.astype(init_value.dtype)
+    for key in [k for k in src if under(k, reinit) or under(k, ("pre_logits",))]:
+        src.pop(key)
+        notes.append(f"dropped {key}")
+    if missing or mismatched or src:
+        parts = [f"missing {missing}" if missing else "", f"shape mismatch {mismatched}" if mismatched else "",
+                 f"unexpected {sorted(src)}" if src else ""]
+        raise CheckpointMismatchError(f"checkpoint {loaded_cfg.name} does not fit {target_cfg.name}: "
+                                      + "; ".join(p for p in parts if p))
+    return unflatten(out), notes

@@ -1,0 +1,234 @@
+"""Export to (and import from) a timm `VisionTransformer` state dict stored as safetensors, with numpy only.
+
+timm key names and tensor layouts (PyTorch: Linear weight (out, in), Conv2d weight (out, in, kh, kw)):
+`cls_token`, `pos_embed` (class row included when the model has a class token), `patch_embed.proj.*`,
+`blocks.{i}.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/mlp.fc2.*`, `norm.*`, `head.*`, and for attention pooling
+`attn_pool.{latent,q,kv,proj,norm,mlp.fc1,mlp.fc2}`. Hybrids put the BiT stem under `patch_embed.backbone`.
+
+The matching timm constructor arguments are written to the file's metadata (`timm_kwargs`): for global-average
+pooling they include `fc_norm=False` so that timm applies the final LayerNorm before pooling, as the ViT paper does.
+timm's VisionTransformer has no pre-logits (representation) layer, so such models must drop it first.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from vit_jax.checkpoints.layouts import CheckpointMismatchError, check_against, flatten, unflatten
+from vit_jax.models.config import ViTConfig
+
+
+def _linear(kernel: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(kernel.reshape(kernel.shape[0], -1).T) if kernel.ndim == 2 else kernel
+
+
+def _conv(kernel: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))  # (kh, kw, in, out) -> (out, in, kh, kw)
+
+
+def _unconv(weight: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(weight.transpose(2, 3, 1, 0))
+
+
+def _stem_pairs(cfg: ViTConfig):
+    """(our key, timm key, is_conv) for the hybrid stem."""
+    yield "stem/conv_root/kernel", "patch_embed.backbone.stem.conv.weight", True
+    for leaf, t in (("scale", "weight"), ("bias", "bias")):
+        yield f"stem/gn_root/{leaf}", f"patch_embed.backbone.stem.norm.{t}", False
+    for s, units in enumerate(cfg.resnet_layers):
+        for u in range(units):
+            ours = f"stem/block{s + 1}/unit{u + 1}"
+            timm = f"patch_embed.backbone.stages.{s}.blocks.{u}"
+            names = [(f"conv{r}", f"conv{r}", f"gn{r}", f"norm{r}") for r in (1, 2, 3)]
+            if u == 0:
+                names.append(("conv_proj", "downsample.conv", "gn_proj", "downsample.norm"))
+            for conv, tconv, gn, tnorm in names:
+                yield f"{ours}/{conv}/kernel", f"{timm}.{tconv}.weight", True
+                for leaf, t in (("scale", "weight"), ("bias", "bias")):
+                    yield f"{ours}/{gn}/{leaf}", f"{timm}.{tnorm}.{t}", False
+
+
+def timm_kwargs(cfg: ViTConfig) -> dict[str, Any]:
+    kw: dict[str, Any] = dict(img_size=list(cfg.image_size), patch_size=list(cfg.patch_size), embed_dim=cfg.width,
+                              depth=cfg.depth, num_heads=cfg.num_heads, mlp_ratio=cfg.mlp_dim / cfg.width,
+                              num_classes=cfg.num_classes, qkv_bias=True)
+    if cfg.pool == "token":
+        kw.update(global_pool="token", class_token=True)
+    elif cfg.pool == "gap":
+        kw.update(global_pool="avg", class_token=False, fc_norm=False)
+    else:
+        kw.update(global_pool="map", class_token=False)
+    return kw
+
+
+def to_timm(params: dict[str, Any], cfg: ViTConfig) -> dict[str, np.ndarray]:
+    """Our parameters -> timm state dict (numpy arrays)."""
+    if cfg.rep_size:
+        raise ValueError("timm's VisionTransformer has no pre-logits layer: convert with --drop-pre-logits "
+                         "(the head is then re-initialised) or keep the official npz layout")
+    if cfg.posemb != "learn":
+        raise ValueError("timm export needs a learned position embedding (timm has no fixed sin-cos ViT posemb)")
+    p = {k: np.asarray(v) for k, v in flatten(params).items()}
+    out: dict[str, np.ndarray] = {}
+    if cfg.resnet_layers:
+        for ours, timm, is_conv in _stem_pairs(cfg):
+            out[timm] = _conv(p[ours]) if is_conv else p[ours]
+    out["patch_embed.proj.weight"] = _conv(p["embedding/kernel"])
+    out["patch_embed.proj.bias"] = p["embedding/bias"]
+    if cfg.pool == "token":
+        out["cls_token"] = p["cls"]
+    out["pos_embed"] = p["pos_embedding"]
+    b = "encoder/blocks"
+    d = cfg.width
+    for i in range(cfg.depth):
+        t = f"blocks.{i}"
+        out[f"{t}.norm1.weight"], out[f"{t}.norm1.bias"] = p[f"{b}/ln1/scale"][i], p[f"{b}/ln1/bias"][i]
+        out[f"{t}.attn.qkv.weight"] = np.concatenate(
+            [p[f"{b}/attn/{n}/kernel"][i].reshape(d, d).T for n in ("query", "key", "value")])
+        out[f"{t}.attn.qkv.bias"] = np.concatenate([p[f"{b}/attn/{n}/bias"][i].reshape(d) for n in
+                                                   ("query", "key", "value")])
+        out[f"{t}.attn.proj.weight"] = np.ascontiguousarray(p[f"{b}/attn/out/kernel"][i].reshape(d, d).T)
+        out[f"{t}.attn.proj.bias"] = p[f"{b}/attn/out/bias"][i]
+        out[f"{t}.norm2.weight"], out[f"{t}.norm2.bias"] = p[f"{b}/ln2/scale"][i], p[f"{b}/ln2/bias"][i]
+        for fc in ("fc1", "fc2"):
+            out[f"{t}.mlp.{fc}.weight"] = _linear(p[f"{b}/mlp/{fc}/kernel"][i])
+            out[f"{t}.mlp.{fc}.bias"] = p[f"{b}/mlp/{fc}/bias"][i]
+    out["norm.weight"], out["norm.bias"] = p["encoder/norm/scale"], p["encoder/norm/bias"]
+    if cfg.pool == "map":
+        m = "map_head"
+        out["attn_pool.latent"] = p[f"{m}/probe"]
+        out["attn_pool.q.weight"] = p[f"{m}/attn/query/kernel"].reshape(d, d).T.copy()
+        out["attn_pool.q.bias"] = p[f"{m}/attn/query/bias"].reshape(d)
+        out["attn_pool.kv.weight"] = np.concatenate([p[f"{m}/attn/{n}/kernel"].reshape(d, d).T
+                                                     for n in ("key", "value")])
+        out["attn_pool.kv.bias"] = np.concatenate([p[f"{m}/attn/{n}/bias"].reshape(d) for n in ("key", "value")])
+        out["attn_pool.proj.weight"] = p[f"{m}/attn/out/kernel"].reshape(d, d).T.copy()
+        out["attn_pool.proj.bias"] = p[f"{m}/attn/out/bias"]
+        out["attn_pool.norm.weight"], out["attn_pool.norm.bias"] = p[f"{m}/ln/scale"], p[f"{m}/ln/bias"]
+        for fc in ("fc1", "fc2"):
+            out[f"attn_pool.mlp.{fc}.weight"] = _linear(p[f"{m}/mlp/{fc}/kernel"])
+            out[f"attn_pool.mlp.{fc}.bias"] = p[f"{m}/mlp/{fc}/bias"]
+    if cfg.num_classes:
+        out["head.weight"] = _linear(p["head/kernel"])
+        out["head.bias"] = p["head/bias"]
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def from_timm(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
+    """timm state dict -> our parameters (exact inverse of `to_timm`)."""
+    sd = dict(sd)
+    d, h = cfg.width, cfg.num_heads
+    k = d // h
+    p: dict[str, np.ndarray] = {}
+
+    def pop(key):
+        if key not in sd:
+            raise CheckpointMismatchError(f"timm state dict lacks '{key}' needed by {cfg.name}")
+        return np.asarray(sd.pop(key))
+
+    if cfg.resnet_layers:
+        for ours, timm, is_conv in _stem_pairs(cfg):
+            p[ours] = _unconv(pop(timm)) if is_conv else pop(timm)
+    p["embedding/kernel"] = _unconv(pop("patch_embed.proj.weight"))
+    p["embedding/bias"] = pop("patch_embed.proj.bias")
+    if cfg.pool == "token":
+        p["cls"] = pop("cls_token")
+    p["pos_embedding"] = pop("pos_embed")
+    per_block: dict[str, list] = {}
+
+    def add(key, value):
+        per_block.setdefault(key, []).append(value)
+
+    for i in range(cfg.depth):
+        t = f"blocks.{i}"
+        add("ln1/scale", pop(f"{t}.norm1.weight"))
+        add("ln1/bias", pop(f"{t}.norm1.bias"))
+        qkv_w = pop(f"{t}.attn.qkv.weight")
+        qkv_b = pop(f"{t}.attn.qkv.bias")
+        for j, n in enumerate(("query", "key", "value")):
+            add(f"attn/{n}/kernel", qkv_w[j * d:(j + 1) * d].T.reshape(d, h, k))
+            add(f"attn/{n}/bias", qkv_b[j * d:(j + 1) * d].reshape(h, k))
+        add("attn/out/kernel", pop(f"{t}.attn.proj.weight").T.reshape(h, k, d))
+        add("attn/out/bias", pop(f"{t}.attn.proj.bias"))
+        add("ln2/scale", pop(f"{t}.norm2.weight"))
+        add("ln2/bias", pop(f"{t}.norm2.bias"))
+        for fc in ("fc1", "fc2"):
+            add(f"mlp/{fc}/kernel", pop(f"{t}.mlp.{fc}.weight").T)
+            add(f"mlp/{fc}/bias", pop(f"{t}.mlp.{fc}.bias"))
+    for key, values in per_block.items():
+        p[f"encoder/blocks/{key}"] = np.stack(values)
+    p["encoder/norm/scale"], p["encoder/norm/bias"] = pop("norm.weight"), pop("norm.bias")
+    if cfg.pool == "map":
+        m = "map_head"
+        p[f"{m}/probe"] = pop("attn_pool.latent")
+        p[f"{m}/attn/query/kernel"] = pop("attn_pool.q.weight").T.reshape(d, h, k)
+        p[f"{m}/attn/query/bias"] = pop("attn_pool.q.bias").reshape(h, k)
+        kv_w, kv_b = pop("attn_pool.kv.weight"), pop("attn_pool.kv.bias")
+        for j, n in enumerate(("key", "value")):
+            p[f"{m}/attn/{n}/kernel"] = kv_w[j * d:(j + 1) * d].T.reshape(d, h, k)
+            p[f"{m}/attn/{n}/bias"] = kv_b[j * d:(j + 1) * d].reshape(h, k)
+        p[f"{m}/attn/out/kernel"] = pop("attn_pool.proj.weight").T.reshape(h, k, d)
+        p[f"{m}/attn/out/bias"] = pop("attn_pool.proj.bias")
+        p[f"{m}/ln/scale"], p[f"{m}/ln/bias"] = pop("attn_pool.norm.weight"), pop("attn_pool.norm.bias")
+        for fc in ("fc1", "fc2"):
+            p[f"{m}/mlp/{fc}/kernel"] = pop(f"attn_pool.mlp.{fc}.weight").T
+            p[f"{m}/mlp/{fc}/bias"] = pop(f"attn_pool.mlp.{fc}.bias")
+    if cfg.num_classes:
+        p["head/kernel"] = pop("head.weight").T
+        p["head/bias"] = pop("head.bias")
+    if sd:
+        raise CheckpointMismatchError(f"timm state dict has keys {cfg.name} does not use: {sorted(sd)}")
+    p = {key: np.ascontiguousarray(v) for key, v in p.items()}
+    from vit_jax.checkpoints.npz import expected_flat_shapes
+
+    check_against(p, expected_flat_shapes(cfg), f"timm state dict vs {cfg.name}")
+    return unflatten(p)
+
+
+def save_timm(path: str, params: dict[str, Any], cfg: ViTConfig) -> None:
+    from safetensors.numpy import save_file
+
+    meta = {"format": "pt", "timm_kwargs": json.dumps(timm_kwargs(cfg)), "vit_jax_config": json.dumps(
+        {"variant_name": cfg.name, **{f: getattr(cfg, f) for f in ("image_size", "patch_size", "width", "depth",
+                                                                  "mlp_dim", "num_heads", "pool", "num_classes",
+                                                                  "resnet_layers", "resnet_width")}})}
+    save_file(to_timm(params, cfg), path, metadata=meta)
+
+
+def load_timm(path: str, cfg: ViTConfig | None = None) -> tuple[ViTConfig, dict[str, Any]]:
+    """Reads a timm ViT safetensors file. Without `cfg` the architecture comes from our metadata or the tensors."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    sd = load_file(path)
+    if cfg is None:
+        with safe_open(path, "np") as f:
+            meta = f.metadata() or {}
+        cfg = infer_timm_config(sd, json.loads(meta["vit_jax_config"]) if "vit_jax_config" in meta else None)
+    return cfg, from_timm(sd, cfg)
+
+
+def infer_timm_config(sd: dict[str, np.ndarray], meta: dict[str, Any] | None = None) -> ViTConfig:
+    from vit_jax.models.config import vit_config
+
+    if meta:
+        meta = {k: v for k, v in meta.items() if k != "variant_name"}
+        return vit_config(**meta)
+    width, _, ph, pw = sd["patch_embed.proj.weight"].shape
+    depth = len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
+    mlp = sd["blocks.0.mlp.fc1.weight"].shape[0]
+    pool = "token" if "cls_token" in sd else ("map" if "attn_pool.latent" in sd else "gap")
+    n = sd["pos_embed"].shape[1] - (1 if pool == "token" else 0)
+    g = int(round(n**0.5))
+    if g * g != n:
+        raise CheckpointMismatchError("cannot infer a square image size from timm pos_embed; pass a config")
+    # Head count is not recorded in a timm state dict (qkv is fused): take it from the named ViT size of this
+    # width, else assume the usual head dimension of 64.
+    from vit_jax.models.config import SIZES
+
+    heads = next((s["num_heads"] for s in SIZES.values() if s["width"] == width), max(width // 64, 1))
+    return vit_config(width=width, depth=depth, mlp_dim=mlp, num_heads=heads, patch_size=(ph, pw), pool=pool,
+                      image_size=(g * ph, g * pw), num_classes=sd["head.weight"].shape[0] if "head.weight" in sd else 0)
