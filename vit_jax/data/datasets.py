@@ -1,0 +1,195 @@
+"""Dataset names -> prepared TFDS datasets: `open_dataset` and the `Dataset` handle the pipeline reads from.
+
+Names: "digits", "imagenet21k" (= "imagenet21k/fall11"), "imagenet21k/winter21", "folder:/abs/path", or any
+TFDS name ("cifar10", "imagenet2012", "oxford_iiit_pet:3.*.*" ...). Nothing touches the network unless
+`download=True`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from functools import cached_property
+from pathlib import Path
+
+from vit_jax.data.sources import RecordSource
+
+# Manual files of the standard datasets we name in errors (TFDS's own instructions are long).
+KNOWN_MANUAL_FILES = {"imagenet2012": ["ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"]}
+BUILD_REPORT = "build_report.json"
+
+
+class DataNotFoundError(FileNotFoundError):
+    """The dataset is neither prepared nor preparable from local files."""
+
+
+def default_data_dir() -> str:
+    return os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
+
+
+def _import_tfds():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow_datasets as tfds
+
+    return tfds
+
+
+def make_builder(name: str, data_dir: str, file_format: str | None = None):
+    """The TFDS builder for a dataset name (our builders or TFDS's); nothing is read or prepared yet.
+
+    file_format is for preparing only ("array_record" or "tfrecord"); readers take it from the prepared info.
+    """
+    tfds = _import_tfds()
+    if name == "digits":
+        from vit_jax.data.digits import Digits
+
+        return Digits(data_dir=data_dir, file_format=file_format)
+    if name.startswith("folder:"):
+        from vit_jax.data.image_folder import ImageFolder
+
+        return ImageFolder(root=name[len("folder:"):], data_dir=data_dir, file_format=file_format)
+    if name == "imagenet21k" or name.startswith("imagenet21k/"):
+        from vit_jax.data import imagenet21k
+
+        config = imagenet21k.parse_config_name(name.partition("/")[2] or "fall11")
+        return imagenet21k.Imagenet21k(config=config, data_dir=data_dir, file_format=file_format)
+    try:
+        return tfds.builder(name, data_dir=data_dir, file_format=file_format)
+    except Exception as e:  # noqa: BLE001 - TFDS raises several types for unknown names / missing versions
+        raise DataNotFoundError(f"cannot open dataset '{name}' in {data_dir}: {e}. Known here: digits, imagenet21k, "
+                                f"folder:/path, or a TFDS name such as cifar10") from e
+
+
+def _manual_dir_problem(name: str, builder, manual_dir: str) -> str | None:
+    """Why `builder` cannot be prepared from manual_dir, or None if it can (or needs no manual files)."""
+    if name.startswith("imagenet21k"):
+        from vit_jax.data import imagenet21k
+
+        try:
+            imagenet21k.find_release(manual_dir, builder.builder_config.release)
+        except FileNotFoundError as e:
+            return str(e)
+        return None
+    if not getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", None):
+        return None
+    expected = KNOWN_MANUAL_FILES.get(builder.name)
+    if expected:
+        missing = [f for f in expected if not (Path(manual_dir) / f).exists()]
+        return f"{builder.name}: expected {', '.join(missing)} in manual_dir {manual_dir}" if missing else None
+    if not Path(manual_dir).is_dir() or not any(Path(manual_dir).iterdir()):
+        return f"{builder.name}: its manual files must be placed in {manual_dir} (see the TFDS catalog page)"
+    return None
+
+
+def prepare_builder(builder, name: str, manual_dir: str | None = None, download: bool = False,
+            num_workers: int | None = None) -> dict | None:
+    """Builds the dataset files; writes and prints the build report. Raises DataNotFoundError if impossible."""
+    tfds = _import_tfds()
+    manual_dir = manual_dir or os.path.join(builder.data_dir_root, "downloads", "manual")
+    problem = _manual_dir_problem(name, builder, manual_dir)
+    if problem:
+        raise DataNotFoundError(problem)
+    local_only = name == "digits" or name.startswith(("folder:", "imagenet21k")) or bool(
+        getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", None))
+    if not (local_only or download):
+        raise DataNotFoundError(f"{name} is not prepared in {builder.data_dir_root}: copy its prepared files there, "
+                                f"or run `vit-jax prepare-data {name} --download` (needs network)")
+    if num_workers is not None:
+        builder.num_workers = num_workers
+    config = tfds.download.DownloadConfig(manual_dir=manual_dir, try_download_gcs=False)
+    builder.download_and_prepare(download_config=config)
+    report = getattr(builder, "build_report", None)
+    if report is None:
+        return None
+    out_dir = Path(builder.data_dir)
+    extra = {"dataset": name, **(getattr(builder, "report_extra", None) or {})}
+    report.write(out_dir / BUILD_REPORT, extra)
+    if hasattr(builder, "write_extra_files"):
+        builder.write_extra_files(out_dir)
+    print(f"build report ({out_dir / BUILD_REPORT}): {report.summary()}")
+    return {**extra, **report.to_dict()}
+
+
+class Dataset:
+    """A prepared dataset: sizes, classes, a JSON description, and random-access sources per split."""
+
+    def __init__(self, name: str, builder) -> None:
+        self.name = name
+        self.builder = builder
+        self._sources: dict[str, RecordSource] = {}
+
+    @property
+    def splits(self) -> list[str]:
+        return sorted(self.builder.info.splits.keys())
+
+    def _check_split(self, split: str) -> None:
+        if split not in self.builder.info.splits:
+            raise ValueError(f"{self.name} has no split '{split}'; it has {', '.join(self.splits)}")
+
+    def num_examples(self, split: str) -> int:
+        self._check_split(split)
+        return int(self.builder.info.splits[split].num_examples)
+
+    @property
+    def _label_feature(self):
+        feats = self.builder.info.features
+        return feats["label"] if "label" in feats else None
+
+    @property
+    def num_classes(self) -> int:
+        label = self._label_feature
+        return int(label.num_classes) if label is not None and getattr(label, "num_classes", None) else 0
+
+    @cached_property
+    def class_names(self) -> list[str]:
+        """Human-readable class names (WordNet synsets become their first lemma)."""
+        label = self._label_feature
+        names = list(label.names) if label is not None and getattr(label, "names", None) else []
+        if names and all(re.fullmatch(r"n\d{8}", n) for n in names):
+            from vit_jax.data.imagenet21k import RESOURCES
+
+            lemmas = dict(line.split("\t", 1) for line in
+                          (RESOURCES / "imagenet_synset_to_lemma.txt").read_text().splitlines() if "\t" in line)
+            names = [lemmas.get(n, n).split(",")[0].strip() for n in names]
+        return names
+
+    @property
+    def file_format(self) -> str:
+        fmt = self.builder.info.file_format
+        return getattr(fmt, "value", str(fmt or "tfrecord"))
+
+    def description(self) -> dict:
+        """JSON-able summary: name, version, split sizes, classes, data_dir, format (and the build report)."""
+        out = {"name": self.name, "version": str(self.builder.info.version),
+               "splits": {s: self.num_examples(s) for s in self.splits}, "num_classes": self.num_classes,
+               "data_dir": str(self.builder.data_dir), "format": self.file_format}
+        report = Path(self.builder.data_dir) / BUILD_REPORT
+        if report.exists():
+            out["build_report"] = json.loads(report.read_text()).get("counts", {})
+        return out
+
+    def source(self, split: str) -> RecordSource:
+        """Random access to the split's records (opened once and shared)."""
+        self._check_split(split)
+        if split not in self._sources:
+            self._sources[split] = RecordSource(self.builder, split)
+        return self._sources[split]
+
+
+def open_dataset(name: str, data_dir: str | None = None, manual_dir: str | None = None, prepare: bool = True,
+                 download: bool = False, num_workers: int | None = None) -> Dataset:
+    """Opens a prepared dataset, building it first when possible (digits, folders, manual files) and allowed.
+
+    data_dir=None means $TFDS_DATA_DIR or ~/tensorflow_datasets. `download=True` lets TFDS fetch data.
+    """
+    data_dir = os.path.abspath(os.path.expanduser(data_dir or default_data_dir()))
+    builder = make_builder(name, data_dir)
+    if not builder.is_prepared():
+        if not prepare:
+            raise DataNotFoundError(f"{name} is not prepared in {data_dir}: run `vit-jax prepare-data {name} "
+                                    f"--data_dir {data_dir}`")
+        builder = make_builder(name, data_dir, file_format="array_record")
+        prepare_builder(builder, name, manual_dir=manual_dir, download=download, num_workers=num_workers)
+        builder = make_builder(name, data_dir)  # re-open read-only, with the info as written
+    return Dataset(name, builder)

@@ -1,0 +1,161 @@
+"""Robust image decoding: the one place that turns stored bytes into RGB pixels.
+
+Two users:
+- build time (`sanitize_image`): every image is checked once; RGB JPEGs are kept byte for byte, everything else
+  that decodes (CMYK or grayscale JPEGs, PNGs named .JPEG, palette images) is converted to an RGB JPEG once, and
+  what cannot be decoded (corrupt, truncated, tiny) is skipped. The outcome of each image is a `kind` counted in
+  a `BuildReport`.
+- read time (`open_rgb`, `decode_rgb`, `decode_crop_resize`): any failure becomes `DecodeError`, which the
+  pipeline counts and replaces with a neighbour record instead of stopping training.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import math
+import struct
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+# Everything PIL raises for bad input data (UnidentifiedImageError is an OSError; broken PNG chunks raise
+# SyntaxError; some truncated headers raise struct.error or EOFError).
+_PIL_DATA_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, struct.error, Image.DecompressionBombError)
+
+KEPT = "kept"
+SKIPPED_PREFIX = "skipped_"
+
+
+class DecodeError(ValueError):
+    """Raised when stored image bytes cannot be decoded (the pipeline substitutes another record)."""
+
+
+def open_rgb_lazy(data: bytes) -> Image.Image:
+    """Opens image bytes without decoding pixels (header only), so a JPEG draft size can still be chosen."""
+    try:
+        return Image.open(io.BytesIO(data))
+    except _PIL_DATA_ERRORS as e:
+        raise DecodeError(f"cannot identify image ({len(data)} bytes): {e}") from e
+
+
+def load_rgb(img: Image.Image) -> Image.Image:
+    """Decodes the pixels of an opened image and converts them to RGB; raises DecodeError on bad data."""
+    try:
+        img.load()
+        return img if img.mode == "RGB" else img.convert("RGB")
+    except _PIL_DATA_ERRORS as e:
+        raise DecodeError(f"cannot decode {img.format} image: {e}") from e
+
+
+def decode_rgb(data: bytes) -> np.ndarray:
+    """Decodes JPEG/PNG/... bytes to a uint8 (H, W, 3) array."""
+    return np.asarray(load_rgb(open_rgb_lazy(data)))
+
+
+def jpeg_draft_scale(crop_w: float, crop_h: float, out_w: int, out_h: int) -> int:
+    """The largest JPEG DCT reduction (1, 2, 4 or 8) that still leaves the crop at least the output size.
+
+    Decoding at 1/2, 1/4 or 1/8 scale inside libjpeg skips most of the inverse DCT work; as long as the crop stays
+    at least as large as the output, the final resize still only shrinks, so quality is unchanged in practice.
+    """
+    scale = 1
+    while scale < 8 and crop_w / (2 * scale) >= out_w and crop_h / (2 * scale) >= out_h:
+        scale *= 2
+    return scale
+
+
+def decode_crop_resize(data: bytes, box_fn, out_w: int, out_h: int) -> np.ndarray:
+    """Fused decode + crop + resize: only as many pixels are decoded as the crop needs.
+
+    Args:
+      data: encoded image bytes.
+      box_fn: called with the full image (width, height); returns the crop (x, y, w, h) in full-size pixels.
+      out_w, out_h: output size.
+    Returns: uint8 (out_h, out_w, 3).
+    """
+    img = open_rgb_lazy(data)
+    width, height = img.size
+    x, y, w, h = box_fn(width, height)
+    if img.format == "JPEG":
+        scale = jpeg_draft_scale(w, h, out_w, out_h)
+        if scale > 1:
+            img.draft("RGB", (math.ceil(width / scale), math.ceil(height / scale)))
+    img = load_rgb(img)
+    sx, sy = img.size[0] / width, img.size[1] / height  # the draft scale PIL actually applied
+    box = (x * sx, y * sy, (x + w) * sx, (y + h) * sy)
+    return np.asarray(img.resize((out_w, out_h), Image.Resampling.BILINEAR, box=box))
+
+
+def sanitize_image(data: bytes, min_side: int = 8, quality: int = 95) -> tuple[bytes | None, str]:
+    """Checks one image at build time. Returns (bytes to store or None, kind).
+
+    kind is "kept" (an RGB JPEG, stored unchanged), "converted_<why>" (re-encoded once as an RGB JPEG) or
+    "skipped_<why>" (corrupt, truncated or tiny: not stored).
+    """
+    try:
+        img = Image.open(io.BytesIO(data))
+    except _PIL_DATA_ERRORS:
+        return None, "skipped_corrupt"
+    fmt, mode = img.format, img.mode
+    if min(img.size) < min_side:
+        return None, "skipped_tiny"
+    if fmt == "JPEG" and mode == "RGB":
+        # A full decode at 1/8 scale still reads every entropy-coded byte, so truncation and corruption surface,
+        # at a fraction of the cost of a full-size decode.
+        img.draft("RGB", (max(1, img.size[0] // 8), max(1, img.size[1] // 8)))
+        try:
+            img.load()
+        except _PIL_DATA_ERRORS as e:
+            return None, "skipped_truncated" if "truncated" in str(e) else "skipped_corrupt"
+        return data, KEPT
+    try:
+        img.load()
+        rgb = img.convert("RGB")
+    except _PIL_DATA_ERRORS as e:
+        return None, "skipped_truncated" if "truncated" in str(e) else "skipped_corrupt"
+    if fmt != "JPEG":
+        why = f"converted_{(fmt or 'unknown').lower()}"
+    else:
+        why = {"CMYK": "converted_cmyk", "L": "converted_grayscale"}.get(mode, f"converted_{mode.lower()}")
+    out = io.BytesIO()
+    rgb.save(out, "JPEG", quality=quality)
+    return out.getvalue(), why
+
+
+class BuildReport:
+    """Counts what happened to each image during a build; written as JSON next to the prepared data."""
+
+    MAX_LISTED = 1000  # file names listed per kind (the counts are always complete)
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.files: dict[str, list[str]] = collections.defaultdict(list)
+
+    def add(self, kind: str, file_id: str) -> None:
+        self.counts[kind] += 1
+        if kind != KEPT and len(self.files[kind]) < self.MAX_LISTED:
+            self.files[kind].append(file_id)
+
+    def merge(self, other: "BuildReport | dict") -> None:
+        d = other.to_dict() if isinstance(other, BuildReport) else other
+        self.counts.update(d.get("counts", {}))
+        for kind, names in d.get("files", {}).items():
+            self.files[kind].extend(names[: self.MAX_LISTED - len(self.files[kind])])
+
+    @property
+    def num_skipped(self) -> int:
+        return sum(n for k, n in self.counts.items() if k.startswith(SKIPPED_PREFIX))
+
+    def to_dict(self) -> dict:
+        return {"counts": dict(sorted(self.counts.items())), "files": {k: v for k, v in sorted(self.files.items())}}
+
+    def write(self, path: str | Path, extra: dict | None = None) -> None:
+        Path(path).write_text(json.dumps({**(extra or {}), **self.to_dict()}, indent=1))
+
+    def summary(self) -> str:
+        total = sum(self.counts.values())
+        parts = ", ".join(f"{k}={n}" for k, n in sorted(self.counts.items()))
+        return f"{total} images: {parts or 'none'}"

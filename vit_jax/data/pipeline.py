@@ -1,0 +1,247 @@
+"""The input pipeline: one mechanism for train and eval, producing global `jax.Array` batches.
+
+Guarantees (tested in tests/data/test_pipeline.py):
+- The global batch at step s is a pure function of (seed, s): the same records in the same order with the same
+  augmentation randomness for any number of processes or devices (see indexing.py). Each process loads only the
+  rows of the batch its devices hold, read from the batch sharding, and the rows of all processes are stitched
+  into one global array per field with `jax.make_array_from_process_local_data`.
+- Resume is exact: `get_state()` is a small JSON-able dict, identical on every process; restoring it (on any
+  topology) continues with exactly the batches an uninterrupted run would have produced.
+- Eval runs in fixed order; the last batch is padded and `_mask` marks real rows, so every example counts once.
+- A record that cannot be decoded is replaced by the next record (deterministically), counted, never fatal.
+
+Why a small thread pool rather than Grain: Grain shards a dataset per process (`ds[process_index::count]`),
+which makes batch contents depend on the process count; here work is addressed by global position, which keeps
+topology independence and exact resume trivially true. PIL and numpy release the GIL, so threads scale.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import math
+import os
+import threading
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+
+from vit_jax.data import indexing, pp as pp_lib
+from vit_jax.data.datasets import Dataset, open_dataset  # noqa: F401 - re-exported: pipeline.open_dataset
+from vit_jax.data.decode import DecodeError
+
+MAX_SUBSTITUTES = 16  # consecutive bad records tolerated before the data is declared damaged
+STATE_VERSION = 1
+log = logging.getLogger(__name__)
+
+
+def _finalize(ex: dict[str, Any], raw: dict[str, Any], num_classes: int) -> dict[str, np.ndarray]:
+    """Applies the batch contract to one preprocessed example (see docs/data.md)."""
+    image = ex.get("image")
+    if isinstance(image, (bytes, np.bytes_)):
+        raise ValueError("the op string never decodes the image: start it with decode or a decode_* op")
+    out = {}
+    for key, value in ex.items():
+        if key in ("label", "labels") or isinstance(value, (bytes, str, np.bytes_, np.str_)):
+            continue
+        arr = np.asarray(value)
+        if arr.dtype.kind in "biuf":  # numbers only: ids, file names, raw bytes cannot become jax arrays
+            out[key] = arr
+    if "image" in out and out["image"].dtype != np.float32:
+        out["image"] = out["image"].astype(np.float32)
+    label = int(ex.get("label", raw.get("label", -1)))
+    out["label"] = np.int32(label)
+    labels = ex.get("labels")
+    if isinstance(labels, np.ndarray) and labels.dtype.kind == "f":
+        out["labels"] = labels.astype(np.float32, copy=False)
+    elif num_classes:  # no onehot/multihot op: multi-hot of the stored labels (one-hot of label)
+        ids = np.asarray(raw.get("labels", [label] if label >= 0 else []), np.int64).reshape(-1)
+        vec = np.zeros((num_classes,), np.float32)
+        vec[ids] = 1.0
+        out["labels"] = vec
+    return out
+
+
+class _Loader:
+    """Loads and preprocesses one example by record index; substitutes undecodable records."""
+
+    def __init__(self, ds: Dataset, split: str, pp: str, seed: int) -> None:
+        self.source = ds.source(split)
+        self.preprocess = pp_lib.build(pp)
+        self.seed = seed
+        self.num_classes = ds.num_classes
+        self.substituted = 0
+        self._lock = threading.Lock()
+
+    def load(self, record: int, position: int) -> dict[str, np.ndarray]:
+        for attempt in range(MAX_SUBSTITUTES + 1):
+            index = (int(record) + attempt) % len(self.source)
+            try:
+                raw = self.source[index]
+                # A fresh generator per attempt: the substitute's augmentation does not depend on the failure.
+                ex = self.preprocess(dict(raw), indexing.example_rng(self.seed, position))
+                return _finalize(ex, raw, self.num_classes)
+            except DecodeError as e:
+                with self._lock:
+                    self.substituted += 1
+                    if self.substituted <= 10:
+                        log.warning("record %d is undecodable (%s); using record %d instead", index, e,
+                                    (index + 1) % len(self.source))
+        raise RuntimeError(f"{MAX_SUBSTITUTES + 1} consecutive records from {record} cannot be decoded; "
+                           f"the prepared data is damaged: prepare it again")
+
+
+def _stack(examples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    out = {}
+    for key in examples[0]:
+        shapes = {ex[key].shape for ex in examples}
+        if len(shapes) > 1:
+            raise ValueError(f"examples have different '{key}' shapes {sorted(shapes)}: add a resize/crop op so "
+                             "every example has one size")
+        out[key] = np.stack([ex[key] for ex in examples])
+    return out
+
+
+class BatchPlan:
+    """Which records and positions make up the rows [lo, hi) of the global batch at a step."""
+
+    def __init__(self, num_records: int, global_batch_size: int, *, train: bool, seed: int = 0,
+                 fraction: float = 1.0) -> None:
+        self.global_batch_size = global_batch_size
+        self.train = train
+        self.num_records = num_records
+        self.schedule = indexing.EpochSchedule(num_records, seed, fraction if train else 1.0, shuffle=train)
+
+    def rows(self, step: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(record indices, global positions, eval mask or None) of rows [lo, hi) at `step`."""
+        positions = step * self.global_batch_size + np.arange(lo, hi, dtype=np.int64)
+        if self.train:
+            return self.schedule.records(positions), positions, None
+        mask = (positions < self.num_records).astype(np.float32)
+        return positions % self.num_records, positions, mask
+
+
+def load_local_batch(loader: _Loader, plan: BatchPlan, step: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+    """The process-local numpy batch (rows [lo, hi)) at `step`, loaded synchronously."""
+    records, positions, mask = plan.rows(step, lo, hi)
+    batch = _stack([loader.load(r, p) for r, p in zip(records, positions)])
+    if mask is not None:
+        batch["_mask"] = mask
+    return batch
+
+
+class BatchIterator:
+    """Prefetching iterator of global batches over steps [start, end) (end=None: forever)."""
+
+    def __init__(self, ds: Dataset, split: str, pp: str, global_batch_size: int, sharding, *, train: bool,
+                 seed: int, fraction: float, start_step: int, end_step: int | None, num_workers: int | None,
+                 prefetch: int) -> None:
+        self.dataset_name, self.split, self.seed, self.fraction = ds.name, split, int(seed), float(fraction)
+        self.global_batch_size = int(global_batch_size)
+        self.loader = _Loader(ds, split, pp, self.seed)
+        self.plan = BatchPlan(len(self.loader.source), self.global_batch_size, train=train, seed=self.seed,
+                              fraction=fraction)
+        self._sharding = sharding
+        self._field_sharding = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec[:1]))
+        self.lo, self.hi = indexing.sharding_rows(sharding, self.global_batch_size)
+        self._end = end_step
+        self._prefetch = max(0, int(prefetch))
+        self._workers = concurrent.futures.ThreadPoolExecutor(num_workers or os.cpu_count() or 1, "vit_jax_data")
+        self._assembler = concurrent.futures.ThreadPoolExecutor(1, "vit_jax_batch")
+        self._queue: collections.deque = collections.deque()
+        self._reset(start_step)
+
+    def _reset(self, step: int) -> None:
+        for fut in self._queue:
+            fut.cancel()
+        self._queue.clear()
+        self._step = self._submitted = int(step)
+
+    def _assemble(self, futures: list, mask: np.ndarray | None) -> dict[str, jax.Array]:
+        local = _stack([f.result() for f in futures])
+        if mask is not None:
+            local["_mask"] = mask
+        return {key: jax.make_array_from_process_local_data(
+                    self._field_sharding, value, (self.global_batch_size,) + value.shape[1:])
+                for key, value in local.items()}
+
+    def _fill(self) -> None:
+        while len(self._queue) <= self._prefetch and (self._end is None or self._submitted < self._end):
+            records, positions, mask = self.plan.rows(self._submitted, self.lo, self.hi)
+            futures = [self._workers.submit(self.loader.load, r, p) for r, p in zip(records, positions)]
+            self._queue.append(self._assembler.submit(self._assemble, futures, mask))
+            self._submitted += 1
+
+    def __iter__(self) -> Iterator[dict[str, jax.Array]]:
+        return self
+
+    def __next__(self) -> dict[str, jax.Array]:
+        self._fill()
+        if not self._queue:
+            raise StopIteration
+        batch = self._queue.popleft().result()
+        self._step += 1
+        self._fill()  # start the next batches before the caller's step runs
+        return batch
+
+    @property
+    def num_substituted(self) -> int:
+        """Undecodable records replaced so far (by this process)."""
+        return self.loader.substituted
+
+    def get_state(self) -> dict:
+        """JSON-able state, identical on every process; pass to set_state (or start_step) to resume exactly."""
+        return {"version": STATE_VERSION, "step": self._step, "seed": self.seed, "fraction": self.fraction,
+                "global_batch_size": self.global_batch_size, "split": self.split, "dataset": self.dataset_name}
+
+    def set_state(self, state: dict) -> None:
+        """Continues from a state saved by get_state() (on any topology)."""
+        mine = self.get_state()
+        for key in ("seed", "fraction", "global_batch_size", "split"):
+            if state.get(key) != mine[key]:
+                raise ValueError(f"iterator state has {key}={state.get(key)!r} but this iterator has "
+                                 f"{mine[key]!r}: build the iterator with the saved settings")
+        self._reset(int(state["step"]))
+
+    def close(self) -> None:
+        self._reset(self._step)
+        self._workers.shutdown(wait=False, cancel_futures=True)
+        self._assembler.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "BatchIterator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        if self._end is None:
+            raise TypeError("a train iterator is endless")
+        return self._end - self._step
+
+
+def train_iterator(ds: Dataset, split: str = "train", pp: str = "decode|value_range(-1,1)", *,
+                   global_batch_size: int, sharding, seed: int = 0, start_step: int = 0, fraction: float = 1.0,
+                   num_workers: int | None = None, prefetch: int = 2, state: dict | None = None) -> BatchIterator:
+    """Endless shuffled training batches (dict of global jax.Arrays) starting at `start_step` (or `state`)."""
+    it = BatchIterator(ds, split, pp, global_batch_size, sharding, train=True, seed=seed, fraction=fraction,
+                       start_step=start_step, end_step=None, num_workers=num_workers, prefetch=prefetch)
+    if state is not None:
+        it.set_state(state)
+    return it
+
+
+def num_eval_batches(ds: Dataset, split: str, global_batch_size: int) -> int:
+    """Batches in one eval pass: ceil(split size / global batch size)."""
+    return math.ceil(ds.num_examples(split) / global_batch_size)
+
+
+def eval_iterator(ds: Dataset, split: str = "test", pp: str = "decode|value_range(-1,1)", *,
+                  global_batch_size: int, sharding, seed: int = 0, num_workers: int | None = None,
+                  prefetch: int = 2) -> BatchIterator:
+    """One pass over the split in order; `_mask` is 1 for real rows, 0 for the padding of the last batch."""
+    return BatchIterator(ds, split, pp, global_batch_size, sharding, train=False, seed=seed, fraction=1.0,
+                         start_step=0, end_step=num_eval_batches(ds, split, global_batch_size),
+                         num_workers=num_workers, prefetch=prefetch)

@@ -1,0 +1,83 @@
+"""Preprocessing op strings: `decode_jpeg_and_inception_crop(224)|flip_lr|value_range(-1,1)|onehot(1000)`.
+
+Each `|`-separated piece is an op call written in Python syntax with literal arguments only (parsed with `ast`,
+never `eval`). An op factory registered with `@register("name")` takes those arguments and returns an
+`Op(example, rng) -> example`: a function of one example dict (numpy values on the host) and that example's own
+`np.random.Generator`, so every random choice is reproducible from (seed, example position).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+
+Example = dict[str, Any]
+Op = Callable[[Example, np.random.Generator], Example]
+
+_REGISTRY: dict[str, Callable[..., Op]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., Op]], Callable[..., Op]]:
+    """Registers an op factory under `name` (used in op strings)."""
+
+    def wrap(factory: Callable[..., Op]) -> Callable[..., Op]:
+        assert name not in _REGISTRY, f"op {name} registered twice"
+        _REGISTRY[name] = factory
+        return factory
+
+    return wrap
+
+
+def _load_ops() -> None:
+    # The op modules register themselves on import; importing them here (not at module top) avoids a cycle.
+    from vit_jax.data import image_ops, label_ops, randaug  # noqa: F401
+
+
+def known_ops() -> dict[str, str]:
+    """Registered op names with their signatures, e.g. {"resize": "resize(h, w=None)"}."""
+    _load_ops()
+    return {name: f"{name}{inspect.signature(f)}" for name, f in sorted(_REGISTRY.items())}
+
+
+def _parse_call(text: str) -> tuple[str, list, dict]:
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise ValueError(f"cannot parse preprocessing op '{text}': {e.msg}") from e
+    if isinstance(node, ast.Name):
+        return node.id, [], {}
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        raise ValueError(f"preprocessing op '{text}' must look like name or name(args...)")
+    try:
+        args = [ast.literal_eval(a) for a in node.args]
+        kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+    except ValueError as e:
+        raise ValueError(f"preprocessing op '{text}': arguments must be literals (numbers, strings, tuples)") from e
+    return node.func.id, args, kwargs
+
+
+def build(pp: str) -> Op:
+    """Compiles an op string into one function `fn(example, rng) -> example` applying the ops left to right."""
+    _load_ops()
+    ops: list[tuple[str, Op]] = []
+    for piece in (p for p in pp.split("|") if p.strip()):
+        name, args, kwargs = _parse_call(piece)
+        if name not in _REGISTRY:
+            raise ValueError(f"unknown preprocessing op '{name}' in '{pp}'; known ops: {', '.join(sorted(_REGISTRY))}")
+        factory = _REGISTRY[name]
+        try:
+            inspect.signature(factory).bind(*args, **kwargs)
+        except TypeError as e:
+            raise ValueError(f"bad arguments in '{piece.strip()}' ({e}); expected {name}{inspect.signature(factory)}") from e
+        ops.append((piece.strip(), factory(*args, **kwargs)))
+
+    def apply(example: Example, rng: np.random.Generator) -> Example:
+        for _, op in ops:
+            example = op(example, rng)
+        return example
+
+    apply.ops = [text for text, _ in ops]  # for error messages and descriptions
+    return apply
