@@ -1,0 +1,48 @@
+"""The ViT paper's scaling study (Sec. 4.4, Fig. 5, Table 6): ViT and hybrid sizes at 7 and 14 pretraining epochs.
+
+This is the pod-scale sweep: each run pretrains on ImageNet-21k (configs/vit_i21k.py) with few-shot evaluation on
+transfer sets, which takes TPU-pod days per model (ViT-H/14 for 14 epochs is the largest). Run it with the TPU
+launcher from a machine that can reach the pod and the bucket (see docs/sweeps.md):
+
+    vit-jax sweep run configs/sweeps/paper_scaling.py --root gs://BUCKET/sweeps/paper_scaling \
+        --launcher=tpu --launcher-arg=--tpu=POD_NAME --launcher-arg=--zone=ZONE
+    vit-jax sweep report gs://BUCKET/sweeps/paper_scaling --metric fewshot/imagenet2012/10shot --compare-paper
+
+The paper trained on JFT-300M; its Table 6 points are what `--compare-paper` overlays. It ran every model at
+7 epochs and the largest ones also at 14; this grid runs every model at both lengths (use `--only '*total_epochs=7'`
+for the first half). Learning rates per model are the paper's Table 3 (JFT-300M) values; everything else (batch
+4096, Adam, weight decay, warm-up, linear decay, resolution 224) comes from the base config.
+"""
+
+# label -> overrides; learning rates from the paper's Table 3 (bigger models need smaller ones).
+MODELS = {
+    "ViT-B-32": {"model.variant": "B/32", "optimizer.lr": 8e-4},
+    "ViT-B-16": {"model.variant": "B/16", "optimizer.lr": 8e-4},
+    "ViT-L-32": {"model.variant": "L/32", "optimizer.lr": 6e-4},
+    "ViT-L-16": {"model.variant": "L/16", "optimizer.lr": 4e-4},
+    "ViT-H-14": {"model.variant": "H/14", "optimizer.lr": 3e-4},
+    "R50+ViT-B-32": {"model.variant": "R50+B/32", "optimizer.lr": 8e-4},
+    "R50+ViT-B-16": {"model.variant": "R50+B/16", "optimizer.lr": 8e-4},
+    "R50+ViT-L-32": {"model.variant": "R50+L/32", "optimizer.lr": 2e-4},
+    "R50+ViT-L-16": {"model.variant": "R50+L/16", "optimizer.lr": 4e-4},
+}
+
+# Few-shot linear probes on frozen features during and after pretraining (the paper's Fig. 5 right uses 5-shot
+# ImageNet; Table 6 reports fine-tuned accuracy, which is a separate fine-tuning run per checkpoint).
+TRANSFER_SETS = ("imagenet2012", "cifar100", "oxford_iiit_pet")
+
+
+def get_sweep():
+    return {
+        "description": "ViT paper Sec. 4.4: ViT and R50+ViT sizes x {7, 14} epochs of ImageNet-21k pretraining",
+        "base": "configs/vit_i21k.py",
+        "fixed": {
+            # Durations are in epochs here: clear the alternatives in case the base config uses them.
+            "total_steps": 0,
+            "total_examples": 0,
+            "eval.fewshot.datasets": TRANSFER_SETS,
+            "eval.fewshot.shots": (1, 5, 10, 25),
+        },
+        "runs": MODELS,
+        "grid": {"total_epochs": [7, 14]},
+    }

@@ -1,0 +1,85 @@
+"""`vit-jax sweep`: run a scaling sweep, show its status, and write the compute-versus-accuracy report.
+
+    vit-jax sweep run CONFIG[:ARG] --root DIR [--launcher local|tpu|slurm] [--only GLOB] [--dry-run]
+    vit-jax sweep status CONFIG[:ARG] --root DIR
+    vit-jax sweep report DIR [--metric eval/top1] [--compare-paper] [--progress examples|epochs|steps|exaflops]
+
+See docs/sweeps.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vit_jax.sweep.launchers import LAUNCHERS, TRAINER_ENV
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vit-jax sweep", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run every run of a sweep (finished runs are skipped, so this also resumes)")
+    run.add_argument("config", help="sweep file, e.g. configs/sweeps/demo_scaling.py (optionally FILE.py:ARG)")
+    run.add_argument("--root", required=True, help="sweep directory: one workdir per run below it")
+    run.add_argument("--launcher", default="local", choices=LAUNCHERS,
+                     help="local: subprocesses here, one after another; tpu/slurm: launch/ scripts")
+    run.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
+                     help="extra flag for the launch/ script (repeatable), e.g. --launcher-arg=--tpu=my-pod")
+    run.add_argument("--trainer", default=None,
+                     help=f"command that trains (default: ${TRAINER_ENV}, else `python -m vit_jax.main`)")
+    run.add_argument("--only", action="append", default=None, metavar="GLOB", help="run only runs matching (repeatable)")
+    run.add_argument("--dry-run", action="store_true", help="print every run's command and status; launch nothing")
+    run.add_argument("--metric", default="eval/top1", help="accuracy shown in the progress lines and the table")
+
+    status = sub.add_parser("status", help="table of every run of a sweep: status, steps, accuracy, exaFLOPs")
+    status.add_argument("config")
+    status.add_argument("--root", required=True)
+    status.add_argument("--metric", default="eval/top1")
+
+    report = sub.add_parser("report", help="Pareto plot, training curves and Table-6 style table of a sweep root")
+    report.add_argument("root", help="sweep directory (the --root of `sweep run`)")
+    report.add_argument("--metric", default="eval/top1",
+                        help="accuracy to plot: eval/top1, eval/top5, fewshot/DATASET/Kshot, ...")
+    report.add_argument("--compare-paper", action="store_true",
+                        help="overlay the ViT paper's Table 6 points and add them to the table")
+    report.add_argument("--progress", default="examples", choices=("examples", "epochs", "steps", "exaflops"),
+                        help="x-axis of curves.png")
+    report.add_argument("--out", default=None, help="output directory (default ROOT/report)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `vit-jax sweep`."""
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.command == "report":
+            from vit_jax.report.sweep_report import write_report
+
+            paths = write_report(args.root, metric=args.metric, compare_paper=args.compare_paper,
+                                 progress=args.progress, out_dir=args.out)
+            print("wrote " + ", ".join(str(p) for p in paths))
+            return 0
+
+        from vit_jax.sweep.runner import run_sweep, status_table, workdir_of
+        from vit_jax.sweep.runs import read_run
+        from vit_jax.sweep.spec import load_sweep
+
+        sweep = load_sweep(args.config)
+        if args.command == "status":
+            states = [read_run(workdir_of(args.root, r), r.name) for r in sweep.runs]
+            print(status_table(states, args.metric))
+            return 0 if all(s.finished for s in states) else 1
+
+        from vit_jax.sweep.launchers import make_launcher
+
+        launcher = make_launcher(args.launcher, trainer=args.trainer, extra_args=args.launcher_arg)
+        return run_sweep(sweep, args.root, launcher, only=args.only, dry_run=args.dry_run, metric=args.metric)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"vit-jax sweep {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

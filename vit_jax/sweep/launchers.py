@@ -1,0 +1,99 @@
+"""Launchers: how one training run of a sweep is started.
+
+A launcher is a callable `launcher(trainer_args, workdir) -> exit code` that runs `python -m vit_jax.main
+*trainer_args` somewhere and blocks until the run ends; `launcher.command(trainer_args, workdir)` is the command line
+it would execute (what `--dry-run` prints).
+
+- local: a subprocess on this machine, output appended to WORKDIR/log.txt.
+- tpu / slurm: hand the run to the repository's launch scripts with this command line (the contract those scripts
+  implement; extra flags from `--launcher-arg` go before the `--`):
+
+      python launch/tpu_vm.py --name=RUN --workdir=WORKDIR [LAUNCHER_ARGS...] -- TRAINER_ARGS...
+      python launch/slurm.py  --name=RUN --workdir=WORKDIR [LAUNCHER_ARGS...] -- TRAINER_ARGS...
+
+  where TRAINER_ARGS are the arguments of `python -m vit_jax.main`. The script starts the trainer (on every host of
+  the pod / every task of the allocation), waits for it, and exits with the trainer's exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from vit_jax.sweep.runs import as_path
+from vit_jax.sweep.spec import REPO_ROOT
+
+TRAINER_ENV = "VIT_JAX_SWEEP_TRAINER"  # e.g. "python tests/sweep/fake_trainer.py" in tests
+LAUNCH_SCRIPTS = {"tpu": "launch/tpu_vm.py", "slurm": "launch/slurm.py"}
+LAUNCHERS = ("local", *LAUNCH_SCRIPTS)
+
+
+class Launcher(Protocol):
+    """Runs one training run and returns its exit code."""
+
+    def command(self, trainer_args: Sequence[str], workdir: str) -> list[str]: ...
+
+    def __call__(self, trainer_args: Sequence[str], workdir: str) -> int: ...
+
+
+def trainer_command(trainer: str | None = None) -> list[str]:
+    """The command that trains: `trainer` if given, else $VIT_JAX_SWEEP_TRAINER, else this Python's vit_jax.main."""
+    trainer = trainer or os.environ.get(TRAINER_ENV)
+    return shlex.split(trainer) if trainer else [sys.executable, "-m", "vit_jax.main"]
+
+
+class LocalLauncher:
+    """Runs the trainer as a subprocess of this process, one run at a time."""
+
+    def __init__(self, trainer: list[str]):
+        self.trainer = list(trainer)
+
+    def command(self, trainer_args: Sequence[str], workdir: str) -> list[str]:
+        return [*self.trainer, *trainer_args]
+
+    def __call__(self, trainer_args: Sequence[str], workdir: str) -> int:
+        cmd = self.command(trainer_args, workdir)
+        log_dir = Path(workdir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        # Append: a resumed run keeps the log of its earlier attempts above the new one.
+        with open(log_dir / "log.txt", "ab") as log:
+            log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(cmd)}\n".encode())
+            log.flush()
+            return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+
+
+class ScriptLauncher:
+    """Hands each run to a launch/ script (TPU VM pods, SLURM) with the command line in the module docstring."""
+
+    def __init__(self, kind: str, extra_args: Sequence[str] = (), python: str = sys.executable):
+        self.kind = kind
+        self.script = REPO_ROOT / LAUNCH_SCRIPTS[kind]
+        self.extra_args = list(extra_args)
+        self.python = python
+
+    def command(self, trainer_args: Sequence[str], workdir: str) -> list[str]:
+        name = as_path(workdir).name
+        return [self.python, str(self.script), f"--name={name}", f"--workdir={workdir}", *self.extra_args, "--",
+                *trainer_args]
+
+    def __call__(self, trainer_args: Sequence[str], workdir: str) -> int:
+        if not self.script.is_file():
+            raise FileNotFoundError(f"{self.script} is missing: --launcher={self.kind} needs the launch/ scripts of "
+                                    "the repository checkout (see docs/sweeps.md), or use --launcher=local")
+        return subprocess.run(self.command(trainer_args, workdir), stdin=subprocess.DEVNULL).returncode
+
+
+def make_launcher(kind: str, *, trainer: str | None = None, extra_args: Sequence[str] = ()) -> Launcher:
+    """The launcher called `kind` (one of LAUNCHERS)."""
+    if kind == "local":
+        if extra_args:
+            raise ValueError("--launcher-arg only applies to --launcher=tpu|slurm")
+        return LocalLauncher(trainer_command(trainer))
+    if kind in LAUNCH_SCRIPTS:
+        return ScriptLauncher(kind, extra_args)
+    raise ValueError(f"unknown launcher {kind!r}; choose one of {', '.join(LAUNCHERS)}")

@@ -1,0 +1,148 @@
+"""Reading what a training run left in its workdir: summary.json, metrics.jsonl and the sweep's attempt log.
+
+Tolerant by design: a run may be pending (no workdir), still running, interrupted, failed or have a half-written
+file; each case becomes a status and a list of problems instead of an exception, so reports cover partial sweeps.
+Paths may be local or remote (gs://...): remote ones are read through etils.epath.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+ATTEMPTS = "sweep_attempts.jsonl"  # one line per launch by `vit-jax sweep run`: command, exit code, seconds
+MANIFEST = "sweep.json"  # in the sweep root: the expanded runs, so reports know which runs are missing
+
+
+def as_path(path: str | Path):
+    """A pathlib.Path for local paths, an etils.epath.Path for URLs such as gs://bucket/dir."""
+    if isinstance(path, str) and "://" in path:
+        from etils import epath  # orbax's dependency; only needed for remote sweep roots
+
+        return epath.Path(path)
+    return Path(path)
+
+
+@dataclasses.dataclass
+class RunState:
+    """What is known about one run."""
+
+    name: str
+    workdir: Any
+    status: str  # finished | running | failed | started | pending | corrupt | <a summary's own status>
+    summary: dict[str, Any] | None = None
+    metrics: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    attempts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.status == "finished"
+
+    @property
+    def steps(self) -> int | None:
+        if self.summary and self.summary.get("steps") is not None:
+            return int(self.summary["steps"])
+        steps = [m["step"] for m in self.metrics if isinstance(m.get("step"), (int, float))]
+        return int(max(steps)) if steps else None
+
+    @property
+    def exaflops(self) -> float | None:
+        value = _get(self.summary, "compute", "exaflops")
+        if value is None:  # unfinished run: the compute spent so far
+            values = [m["exaflops"] for m in self.metrics if isinstance(m.get("exaflops"), (int, float))]
+            value = max(values) if values else None
+        return None if value is None else float(value)
+
+    def metric(self, key: str) -> float | None:
+        """The run's final value of `key` (summary), else its latest logged value (metrics.jsonl)."""
+        value = _get(self.summary, "final", key)
+        if value is None:
+            logged = [m[key] for m in self.metrics if isinstance(m.get(key), (int, float))]
+            value = logged[-1] if logged else None
+        return None if value is None else float(value)
+
+
+def _get(tree: dict | None, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(tree, dict):
+            return None
+        tree = tree.get(key)
+    return tree
+
+
+def _read_jsonl(path, problems: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            # The last line of a killed run is often cut short: skip it and say so.
+            problems.append(f"{path.name} line {i} is not valid JSON (skipped)")
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def read_run(workdir, name: str | None = None) -> RunState:
+    """The state of the run in `workdir` (which need not exist)."""
+    workdir = as_path(workdir)
+    state = RunState(name=name or workdir.name, workdir=workdir, status="pending")
+    if not workdir.exists():
+        return state
+    state.status = "started"
+    if (workdir / METRICS).exists():
+        state.metrics = _read_jsonl(workdir / METRICS, state.problems)
+    if (workdir / ATTEMPTS).exists():
+        state.attempts = _read_jsonl(workdir / ATTEMPTS, state.problems)
+    if (workdir / SUMMARY).exists():
+        try:
+            summary = json.loads((workdir / SUMMARY).read_text())
+        except json.JSONDecodeError:
+            state.status = "corrupt"
+            state.problems.append(f"{SUMMARY} is not valid JSON (the run will be re-run)")
+            return state
+        if not isinstance(summary, dict):
+            state.status = "corrupt"
+            state.problems.append(f"{SUMMARY} is not a JSON object")
+            return state
+        state.summary = summary
+        state.status = str(summary.get("status", "finished"))
+    if not state.finished and state.attempts and state.attempts[-1].get("returncode") not in (0, None):
+        # The trainer exited with an error after the last launch: more telling than 'running'.
+        state.status = "failed"
+        state.problems.append(f"last launch exited with code {state.attempts[-1]['returncode']} "
+                              f"(see {workdir / 'log.txt'})")
+    return state
+
+
+def write_manifest(root, source: str, base: str, runs: list[dict[str, Any]]) -> None:
+    """Records the expanded sweep in ROOT/sweep.json (for reports and for people)."""
+    root = as_path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / MANIFEST).write_text(json.dumps({"sweep": source, "base": base, "runs": runs}, indent=2) + "\n")
+
+
+def read_sweep_root(root) -> tuple[list[RunState], list[str]]:
+    """Every run under a sweep root: those in its manifest (also when never started) and any other directory with a
+    summary.json or metrics.jsonl. Returns the runs (manifest order, then by name) and problems found."""
+    root = as_path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"sweep root {root} does not exist; run `vit-jax sweep run CONFIG --root {root}` first")
+    problems: list[str] = []
+    names: list[str] = []
+    if (root / MANIFEST).exists():
+        try:
+            names = [r["name"] for r in json.loads((root / MANIFEST).read_text())["runs"]]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            problems.append(f"{root / MANIFEST} is unreadable; listing run directories only")
+    others = sorted(p.name for p in root.iterdir()
+                    if p.is_dir() and p.name not in names and ((p / SUMMARY).exists() or (p / METRICS).exists()))
+    return [read_run(root / name, name) for name in names + others], problems
