@@ -1,0 +1,139 @@
+"""`vit-jax sweep report`: Pareto frontier, table order, the four output files, paper rows, partial sweeps."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from vit_jax.report.pareto import paper_rows, pareto_frontier
+from vit_jax.sweep import cli
+
+# name -> (exaFLOPs, top1, 5-shot, family). Dominated in top1 by construction: 'slow-worse' (more compute than
+# 'cheap', less accurate), 'tie-compute-worse' (same compute as 'mid', less accurate), 'same-acc-more-compute'
+# (same accuracy as 'mid', more compute). 'mid-twin' is identical to 'mid': neither dominates the other.
+# The 5-shot numbers rank differently: 'slow-worse' and 'tie-compute-worse' join that frontier, 'mid' leaves it.
+RUNS = {
+    "cheap": (1.0, 0.60, 0.30, "ViT"),
+    "slow-worse": (2.0, 0.55, 0.50, "ViT"),
+    "mid": (3.0, 0.80, 0.60, "Hybrid"),
+    "mid-twin": (3.0, 0.80, 0.60, "ViT"),
+    "tie-compute-worse": (3.0, 0.70, 0.65, "ViT"),
+    "same-acc-more-compute": (5.0, 0.80, 0.60, "Hybrid"),
+    "best": (10.0, 0.90, 0.70, "ViT"),
+}
+FRONTIER = {"cheap", "mid", "mid-twin", "best"}
+FEWSHOT_FRONTIER = {"cheap", "slow-worse", "tie-compute-worse", "best"}
+
+
+def write_run(root: Path, name: str, exaflops: float, top1: float, fewshot: float, family: str,
+              status: str = "finished") -> None:
+    run = root / name
+    run.mkdir(parents=True)
+    with open(run / "metrics.jsonl", "w") as f:
+        for step in (50, 100):
+            f.write(json.dumps({"step": step, "examples_seen": step * 64, "epoch": step / 20,
+                                "exaflops": exaflops * step / 100, "eval/top1": top1 * step / 100}) + "\n")
+    summary = {"status": status, "model": {"name": f"ViT-{name}", "params": 1234, "family": family},
+               "steps": 100, "epochs": 5.0,
+               "compute": {"exaflops": exaflops, "device_days": exaflops / 2, "tpu_v3_core_days": None,
+                           "device_kind": "cpu", "img_per_sec": 50.0, "mfu": 0.25},
+               "final": {"eval/top1": top1, "eval/top5": min(1.0, top1 + 0.1), "eval/loss": 1.0,
+                         "fewshot/digits/5shot": fewshot}}
+    (run / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.fixture
+def sweep_root(tmp_path):
+    root = tmp_path / "sweep"
+    for name, values in RUNS.items():
+        write_run(root, name, *values)
+    return root
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_frontier_function_on_known_points():
+    costs = [v[0] for v in RUNS.values()]
+    on = pareto_frontier(costs, [v[1] for v in RUNS.values()])
+    assert {name for name, o in zip(RUNS, on) if o} == FRONTIER
+    on = pareto_frontier(costs, [v[2] for v in RUNS.values()])
+    assert {name for name, o in zip(RUNS, on) if o} == FEWSHOT_FRONTIER
+    assert pareto_frontier([], []) == []
+    assert pareto_frontier([1.0], [0.0]) == [True]
+
+
+def test_report_marks_frontier_sorts_by_compute_and_writes_files(sweep_root, capsys):
+    assert cli.main(["report", str(sweep_root)]) == 0
+    out = sweep_root / "report"
+    for name in ("pareto.png", "curves.png", "report.md", "report.html", "results.csv"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = read_csv(out / "results.csv")
+    assert {r["run"] for r in rows if r["pareto"] == "*"} == FRONTIER
+    flops = [float(r["exaFLOPs"]) for r in rows]
+    assert flops == sorted(flops) and len(rows) == len(RUNS)
+    best = next(r for r in rows if r["run"] == "best")
+    assert best["eval/top1 [%]"] == "90.00" and best["fewshot/digits/5shot [%]"] == "70.00"
+    assert best["eval/top5 [%]"] == "100.00"
+    assert best["device-days (cpu)"] == "5" and best["MFU"] == "0.250" and best["params"] == "1234"
+    assert "eval/loss [%]" not in rows[0]  # losses are not accuracies
+    md = (out / "report.md").read_text()
+    assert "![pareto](pareto.png)" in md and "| * | sweep | ViT-best |" in md
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2  # figures embedded, the page stands alone
+
+
+def test_selected_metric_decides_the_frontier(sweep_root):
+    assert cli.main(["report", str(sweep_root), "--metric", "fewshot/digits/5shot", "--progress", "epochs"]) == 0
+    rows = read_csv(sweep_root / "report" / "results.csv")
+    assert list(rows[0])[10] == "fewshot/digits/5shot [%]"  # the chosen metric is the first accuracy column
+    assert {r["run"] for r in rows if r["pareto"] == "*"} == FEWSHOT_FRONTIER
+
+
+def test_compare_paper_adds_table6_rows(sweep_root):
+    assert cli.main(["report", str(sweep_root), "--compare-paper"]) == 0
+    rows = read_csv(sweep_root / "report" / "results.csv")
+    paper = [r for r in rows if r["source"] == "paper"]
+    assert len(paper) == len(paper_rows()) == 8
+    h14 = next(r for r in paper if r["model"] == "ViT-H/14")
+    assert h14["exaFLOPs"] == "4262" and h14["paper: ImageNet top-1 (fine-tuned) [%]"] == "88.08"
+    assert h14["pareto"] == ""  # paper rows are not part of the sweep's frontier
+    assert {r["run"] for r in rows if r["pareto"] == "*"} == FRONTIER
+    flops = [float(r["exaFLOPs"]) for r in rows]
+    assert flops == sorted(flops)
+    assert "ViT paper Table 6" in (sweep_root / "report" / "report.md").read_text()
+
+
+def test_partial_and_missing_runs_are_reported_not_fatal(sweep_root):
+    write_run(sweep_root, "still-running", 0.5, 0.99, 0.99, "ViT", status="running")
+    broken = sweep_root / "broken"
+    broken.mkdir()
+    (broken / "metrics.jsonl").write_text('{"step": 10, "eval/top1": 0.5}\n{"step": 2')  # cut short
+    (sweep_root / "sweep.json").write_text(json.dumps({"runs": [{"name": "never-started"}, {"name": "cheap"}]}))
+    assert cli.main(["report", str(sweep_root)]) == 0
+    rows = read_csv(sweep_root / "report" / "results.csv")
+    assert "still-running" not in {r["run"] for r in rows}  # unfinished: not in the table or the frontier
+    assert {r["run"] for r in rows if r["pareto"] == "*"} == FRONTIER
+    md = (sweep_root / "report" / "report.md").read_text()
+    assert "- still-running: status running, 100 steps so far" in md
+    assert "- never-started: status pending" in md
+    assert "broken: status started, 10 steps so far; metrics.jsonl line 2 is not valid JSON (skipped)" in md
+
+
+def test_report_of_missing_root_is_a_clear_error(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "nope")]) == 2
+    assert "vit-jax sweep run" in capsys.readouterr().err
+
+
+def test_device_time_column_is_tpu_core_days_when_every_run_reports_them(sweep_root):
+    for summary_path in sweep_root.glob("*/summary.json"):
+        summary = json.loads(summary_path.read_text())
+        summary["compute"]["tpu_v3_core_days"] = summary["compute"]["exaflops"] * 3
+        summary_path.write_text(json.dumps(summary))
+    assert cli.main(["report", str(sweep_root)]) == 0
+    rows = read_csv(sweep_root / "report" / "results.csv")
+    assert next(r for r in rows if r["run"] == "best")["TPUv3-core-days"] == "30"

@@ -1,0 +1,127 @@
+"""The compute-versus-accuracy table of a sweep: one row per run (Table 6 of the ViT paper), its Pareto frontier,
+and the paper's own points from package data."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib.resources
+import io
+import math
+from typing import Any, Sequence
+
+from vit_jax.sweep.runs import RunState
+
+
+def pareto_frontier(costs: Sequence[float], values: Sequence[float]) -> list[bool]:
+    """on[i] is True iff no other point has cost <= costs[i] and value >= values[i] with at least one strict.
+
+    Identical points do not dominate each other, so both stay on the frontier.
+    """
+    n = len(costs)
+    assert len(values) == n
+    on = []
+    for i in range(n):
+        dominated = any(costs[j] <= costs[i] and values[j] >= values[i] and (costs[j] < costs[i] or values[j] > values[i])
+                        for j in range(n) if j != i)
+        on.append(not dominated)
+    return on
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of the report table. Accuracies are in percent."""
+
+    source: str  # "sweep" or "paper"
+    run: str
+    model: str
+    family: str  # ViT | Hybrid | ResNet
+    epochs: float | None = None
+    steps: int | None = None
+    params: int | None = None
+    exaflops: float | None = None
+    device_days: float | None = None
+    img_per_sec: float | None = None
+    mfu: float | None = None
+    accuracy: dict[str, float] = dataclasses.field(default_factory=dict)
+    pareto: bool = False
+
+
+def family_of(model: str) -> str:
+    """Family from a model name, for rows whose summary does not say: R50+ViT-B/16 -> Hybrid, ResNet50x2 -> ResNet."""
+    if "+" in model:
+        return "Hybrid"
+    if model.startswith(("ResNet", "BiT")):
+        return "ResNet"
+    return "ViT"
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+def device_time_unit(states: list[RunState]) -> tuple[str, str]:
+    """(summary compute key, label) of the device-time column: TPUv3-core-days when every run reports them."""
+    computes = [(s.summary or {}).get("compute") or {} for s in states]
+    if computes and all(_num(c.get("tpu_v3_core_days")) is not None for c in computes):
+        return "tpu_v3_core_days", "TPUv3-core-days"
+    kinds = sorted({str(c.get("device_kind")) for c in computes if c.get("device_kind")})
+    return "device_days", f"device-days ({', '.join(kinds)})" if kinds else "device-days"
+
+
+def accuracy_keys(states: list[RunState], metric: str) -> list[str]:
+    """The selected metric first, then every other accuracy reported by any run (eval/*, then fewshot/*)."""
+    keys: set[str] = set()
+    for s in states:
+        for k, v in ((s.summary or {}).get("final") or {}).items():
+            if _num(v) is not None and not k.endswith("loss"):
+                keys.add(k)
+    rest = sorted(keys - {metric}, key=lambda k: (not k.startswith("eval/"), k))
+    return [metric, *rest]
+
+
+def sweep_rows(states: list[RunState], metric: str, device_key: str = "device_days") -> list[Row]:
+    """Rows of the finished runs, sorted by compute, frontier marked over the runs that have `metric` and compute."""
+    rows = []
+    for s in states:
+        if not s.finished:
+            continue
+        summary = s.summary or {}
+        model = summary.get("model") or {}
+        compute = summary.get("compute") or {}
+        name = str(model.get("name") or model.get("variant") or s.name)
+        accuracy = {k: 100 * v for k in accuracy_keys([s], metric) if (v := s.metric(k)) is not None}
+        rows.append(Row(source="sweep", run=s.name, model=name, family=str(model.get("family") or family_of(name)),
+                        epochs=_num(summary.get("epochs")), steps=s.steps, params=model.get("params"),
+                        exaflops=s.exaflops, device_days=_num(compute.get(device_key)),
+                        img_per_sec=_num(compute.get("img_per_sec")), mfu=_num(compute.get("mfu")), accuracy=accuracy))
+    mark_frontier(rows, metric)
+    return sort_by_compute(rows)
+
+
+def mark_frontier(rows: list[Row], metric: str) -> None:
+    """Sets Row.pareto on the rows that have compute and the metric (others are never on the frontier)."""
+    scored = [r for r in rows if r.exaflops is not None and metric in r.accuracy]
+    for row, on in zip(scored, pareto_frontier([r.exaflops for r in scored], [r.accuracy[metric] for r in scored])):
+        row.pareto = on
+
+
+def sort_by_compute(rows: list[Row]) -> list[Row]:
+    """Ascending exaFLOPs; rows without compute last, then by run name."""
+    return sorted(rows, key=lambda r: (r.exaflops is None, r.exaflops or 0.0, r.source, r.run))
+
+
+PAPER_METRIC = "paper: ImageNet top-1 (fine-tuned)"
+
+
+def paper_rows() -> list[Row]:
+    """The ViT paper's Table 6 points (package data vit_jax/resources/vit_table6.csv)."""
+    text = importlib.resources.files("vit_jax.resources").joinpath("vit_table6.csv").read_text()
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    rows = []
+    for rec in csv.DictReader(io.StringIO("\n".join(lines))):
+        model = rec["model"].strip()
+        rows.append(Row(source="paper", run="paper", model=model, family=family_of(model),
+                        epochs=float(rec["epochs"]), exaflops=float(rec["pretrain_exaflops"]),
+                        accuracy={PAPER_METRIC: float(rec["imagenet_top1"])}))
+    return rows

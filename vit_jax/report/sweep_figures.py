@@ -1,0 +1,101 @@
+"""Figures of a sweep report: accuracy against compute with the Pareto frontier (pareto.png), and accuracy against
+training progress per run (curves.png)."""
+
+from __future__ import annotations
+
+from vit_jax.report.pareto import PAPER_METRIC, Row, pareto_frontier
+from vit_jax.report.plotting import new_figure, save_figure
+from vit_jax.sweep.runs import RunState
+
+STYLE = {  # family -> (marker, colour)
+    "ViT": ("o", "tab:blue"),
+    "Hybrid": ("s", "tab:orange"),
+    "ResNet": ("^", "tab:green"),
+}
+PROGRESS_KEYS = {"examples": ("examples_seen", "examples seen"), "epochs": ("epoch", "epochs"),
+                 "steps": ("step", "steps"), "exaflops": ("exaflops", "training compute [exaFLOPs]")}
+
+
+def _style(family: str) -> tuple[str, str]:
+    return STYLE.get(family, ("D", "tab:purple"))
+
+
+def _short(row: Row) -> str:
+    epochs = f" {row.epochs:g}ep" if row.epochs is not None else ""
+    return f"{row.model}{epochs}"
+
+
+def _panel(ax, rows: list[Row], cost_of, metric: str, xlabel: str, paper: list[Row] = ()) -> None:
+    """Scatter of accuracy against a cost, one style per family, the frontier as a staircase."""
+    points = [(cost_of(r), r.accuracy[metric], r) for r in rows
+              if cost_of(r) is not None and cost_of(r) > 0 and metric in r.accuracy]
+    for family in sorted({r.family for _, _, r in points}):
+        marker, colour = _style(family)
+        xs = [c for c, _, r in points if r.family == family]
+        ys = [a for _, a, r in points if r.family == family]
+        ax.scatter(xs, ys, marker=marker, color=colour, s=40, label=family, zorder=3)
+    for c, a, r in points:
+        ax.annotate(_short(r), (c, a), textcoords="offset points", xytext=(4, 4), fontsize=6, color="0.3")
+    if points:
+        on = pareto_frontier([c for c, _, _ in points], [a for _, a, _ in points])
+        front = sorted((c, a) for (c, a, _), o in zip(points, on) if o)
+        # Best accuracy reachable with at most this much compute: flat until the next frontier point.
+        ax.step([c for c, _ in front], [a for _, a in front], where="post", color="black", lw=1, zorder=2,
+                label="Pareto frontier")
+        ax.scatter([c for c, _ in front], [a for _, a in front], s=120, facecolors="none", edgecolors="black",
+                   lw=1, zorder=4)
+    for r in paper:
+        marker, colour = _style(r.family)
+        ax.scatter([r.exaflops], [r.accuracy[PAPER_METRIC]], marker=marker, facecolors="none", edgecolors=colour,
+                   s=40, zorder=3, label=f"paper Table 6 {r.family}")
+        ax.annotate(_short(r), (r.exaflops, r.accuracy[PAPER_METRIC]), textcoords="offset points", xytext=(4, -8),
+                    fontsize=6, color=colour)
+    if not points and not paper:
+        ax.text(0.5, 0.5, f"no finished run reports\n{metric} and this cost", ha="center", va="center",
+                transform=ax.transAxes)
+    else:
+        ax.set_xscale("log")
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))  # one legend entry per label (paper points come one by one)
+        ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower right")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"{metric} [%]")
+    ax.grid(True, alpha=0.3)
+
+
+def pareto_figure(rows: list[Row], metric: str, device_label: str, path, paper: list[Row] = ()) -> None:
+    """pareto.png: accuracy vs pretraining exaFLOPs (paper points optional) and vs device time."""
+    fig = new_figure(12, 5)
+    ax1, ax2 = fig.subplots(1, 2)
+    _panel(ax1, rows, lambda r: r.exaflops, metric, "pretraining compute [exaFLOPs]", paper)
+    if paper:
+        ax1.set_title(f"sweep: {metric}; ViT paper Table 6: ImageNet top-1 after fine-tuning", fontsize=9)
+    _panel(ax2, rows, lambda r: r.device_days, metric, f"pretraining compute [{device_label}]")
+    save_figure(fig, path)
+
+
+def curves_figure(states: list[RunState], metric: str, progress: str, path) -> None:
+    """curves.png: `metric` against training progress for every run that logged it."""
+    key, label = PROGRESS_KEYS[progress]
+    fig = new_figure(9, 5)
+    ax = fig.subplots()
+    drawn = 0
+    for s in states:
+        pts = sorted((m[key], m[metric]) for m in s.metrics
+                     if isinstance(m.get(key), (int, float)) and isinstance(m.get(metric), (int, float)))
+        if not pts:
+            continue
+        style = "-" if s.finished else "--"  # dashed: the run has not finished
+        ax.plot([x for x, _ in pts], [100 * y for _, y in pts], style, marker=".", lw=1.2, label=s.name)
+        drawn += 1
+    if drawn:
+        ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        if progress == "exaflops":
+            ax.set_xscale("log")
+    else:
+        ax.text(0.5, 0.5, f"no run logged {metric} with {key}", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel(label)
+    ax.set_ylabel(f"{metric} [%]")
+    ax.set_title(f"{metric} during training (dashed: unfinished)", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    save_figure(fig, path)

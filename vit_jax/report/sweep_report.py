@@ -1,0 +1,131 @@
+"""`vit-jax sweep report`: read every run of a sweep root and write pareto.png, curves.png, report.md, report.html
+and results.csv into ROOT/report/."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import time
+
+from vit_jax.report.pareto import (PAPER_METRIC, Row, accuracy_keys, device_time_unit, paper_rows, sort_by_compute,
+                                   sweep_rows)
+from vit_jax.report.sweep_figures import curves_figure, pareto_figure
+from vit_jax.sweep.runs import RunState, as_path, read_sweep_root
+
+
+def _fmt(value, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def table(rows: list[Row], acc_keys: list[str], device_label: str,
+          plain: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells of the report table (markdown and HTML; `plain` numbers for CSV)."""
+    header = ["pareto", "source", "model", "epochs", "steps", "params", "exaFLOPs", device_label, "img/s", "MFU",
+              *[f"{k} [%]" for k in acc_keys], "run"]
+    cells = []
+    for r in rows:
+        cells.append([
+            "*" if r.pareto else "", r.source, r.model, _fmt(r.epochs, "g"), _fmt(r.steps, "d"),
+            _fmt(r.params, "d" if plain else ",d") if isinstance(r.params, int) else "", _fmt(r.exaflops, ".4g"),
+            _fmt(r.device_days, ".4g"), _fmt(r.img_per_sec, ".1f"), _fmt(r.mfu, ".3f"),
+            *[_fmt(r.accuracy.get(k), ".2f") for k in acc_keys], r.run,
+        ])
+    return header, cells
+
+
+def _markdown_table(header: list[str], cells: list[list[str]]) -> str:
+    def line(values):
+        return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
+
+    return "\n".join([line(header), line(["---"] * len(header)), *map(line, cells)])
+
+
+def _incomplete(states: list[RunState], metric: str) -> list[str]:
+    """One line per run that is not in the table (or lacks the metric), with its problems."""
+    lines = []
+    for s in states:
+        reasons = list(s.problems)
+        if not s.finished:
+            reasons.insert(0, f"status {s.status}" + (f", {s.steps} steps so far" if s.steps else ""))
+        elif s.metric(metric) is None:
+            reasons.insert(0, f"no {metric}")
+        elif s.exaflops is None:
+            reasons.insert(0, "no compute (summary.compute.exaflops)")
+        if reasons:
+            lines.append(f"{s.name}: " + "; ".join(reasons))
+    return lines
+
+
+def _html(title: str, intro: list[str], header: list[str], cells: list[list[str]], figures: dict[str, bytes],
+          incomplete: list[str]) -> str:
+    rows = "\n".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells)
+    imgs = "\n".join(f'<h2>{html.escape(name)}</h2>\n<img alt="{html.escape(name)}" style="max-width:100%" '
+                     f'src="data:image/png;base64,{base64.b64encode(png).decode()}">' for name, png in figures.items())
+    missing = ("<h2>Runs not in the table</h2><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in incomplete)
+               + "</ul>") if incomplete else ""
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}} td:nth-child(2),td:nth-child(3),td:last-child{{text-align:left}}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+{''.join(f'<p>{html.escape(p)}</p>' for p in intro)}
+<table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in header)}</tr>
+{rows}
+</table>
+{missing}
+{imgs}
+</body></html>
+"""
+
+
+def write_report(root: str, *, metric: str = "eval/top1", compare_paper: bool = False, progress: str = "examples",
+                 out_dir: str | None = None) -> list:
+    """Writes the report of the sweep in `root`; returns the paths written."""
+    states, problems = read_sweep_root(root)
+    out = as_path(out_dir) if out_dir else as_path(root) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    device_key, device_label = device_time_unit([s for s in states if s.finished])
+    rows = sweep_rows(states, metric, device_key)
+    acc_keys = accuracy_keys([s for s in states if s.finished], metric)
+    paper = paper_rows() if compare_paper else []
+    if paper:
+        acc_keys.append(PAPER_METRIC)
+    all_rows = sort_by_compute(rows + paper)
+
+    pareto_path, curves_path = out / "pareto.png", out / "curves.png"
+    pareto_figure(rows, metric, device_label, pareto_path, paper)
+    curves_figure(states, metric, progress, curves_path)
+
+    header, cells = table(all_rows, acc_keys, device_label)
+    csv_path = out / "results.csv"
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerows([header, *table(all_rows, acc_keys, device_label, plain=True)[1]])
+    csv_path.write_text(buf.getvalue())
+
+    finished = sum(s.finished for s in states)
+    title = f"Sweep report: {root}"
+    intro = [f"{len(states)} runs, {finished} finished; accuracy metric {metric}; generated "
+             f"{time.strftime('%Y-%m-%d %H:%M')}.",
+             "Rows are sorted by pretraining compute; '*' marks the Pareto frontier (no other run has at most the "
+             "compute and at least the accuracy, one strictly)."]
+    if paper:
+        intro.append("Paper rows: ViT paper Table 6 (JFT-300M pretraining, ImageNet top-1 after fine-tuning at "
+                     "384 px); they are not part of the frontier.")
+    incomplete = problems + _incomplete(states, metric)
+
+    md = [f"# {title}", "", *[p + "\n" for p in intro], _markdown_table(header, cells), ""]
+    if incomplete:
+        md += ["## Runs not in the table", "", *[f"- {x}" for x in incomplete], ""]
+    md += ["## Accuracy against compute", "", "![pareto](pareto.png)", "",
+           "## Training curves", "", "![curves](curves.png)", ""]
+    md_path = out / "report.md"
+    md_path.write_text("\n".join(md))
+    html_path = out / "report.html"
+    html_path.write_text(_html(title, intro, header, cells, {
+        "Accuracy against compute": pareto_path.read_bytes(), "Training curves": curves_path.read_bytes()},
+        incomplete))
+    return [pareto_path, curves_path, md_path, html_path, csv_path]
