@@ -53,6 +53,8 @@ def make_builder(name: str, data_dir: str, file_format: str | None = None):
         from vit_jax.data import imagenet21k
 
         config = imagenet21k.parse_config_name(name.partition("/")[2] or "fall11")
+        if config.holdout_per_class == imagenet21k.DEFAULT_HOLDOUT:
+            config = config.name  # TFDS insists on its own instance for the configs the class lists
         return imagenet21k.Imagenet21k(config=config, data_dir=data_dir, file_format=file_format)
     try:
         return tfds.builder(name, data_dir=data_dir, file_format=file_format)

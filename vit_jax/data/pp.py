@@ -36,10 +36,15 @@ def _load_ops() -> None:
     from vit_jax.data import image_ops, label_ops, randaug  # noqa: F401
 
 
+def _signature(name: str) -> str:
+    params = inspect.signature(_REGISTRY[name]).parameters.values()
+    return f"{name}({', '.join(str(p.replace(annotation=inspect.Parameter.empty)) for p in params)})"
+
+
 def known_ops() -> dict[str, str]:
     """Registered op names with their signatures, e.g. {"resize": "resize(h, w=None)"}."""
     _load_ops()
-    return {name: f"{name}{inspect.signature(f)}" for name, f in sorted(_REGISTRY.items())}
+    return {name: _signature(name) for name in sorted(_REGISTRY)}
 
 
 def _parse_call(text: str) -> tuple[str, list, dict]:
@@ -71,7 +76,7 @@ def build(pp: str) -> Op:
         try:
             inspect.signature(factory).bind(*args, **kwargs)
         except TypeError as e:
-            raise ValueError(f"bad arguments in '{piece.strip()}' ({e}); expected {name}{inspect.signature(factory)}") from e
+            raise ValueError(f"bad arguments in '{piece.strip()}' ({e}); expected {_signature(name)}") from e
         ops.append((piece.strip(), factory(*args, **kwargs)))
 
     def apply(example: Example, rng: np.random.Generator) -> Example:

@@ -17,6 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vit_jax.models.sharding_hints import constrain
+
+TOKENS = ("batch", "seq", "act_embed")  # (B, T, D) activations: sharded over the batch only
+
 LN_EPS = 1e-6  # the official ViT code's LayerNorm epsilon (flax default)
 
 
@@ -147,7 +151,8 @@ class HeadProjection(nnx.Module):
         self.bias = param(rngs, zeros, (heads, dim // heads), param_dtype, ("heads", "kv"))
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return jnp.einsum("btd,dhk->bthk", x, self.kernel[...].astype(x.dtype)) + self.bias[...].astype(x.dtype)
+        y = jnp.einsum("btd,dhk->bthk", x, self.kernel[...].astype(x.dtype)) + self.bias[...].astype(x.dtype)
+        return constrain(y, ("batch", "seq", "heads", "kv"))
 
 
 class OutProjection(nnx.Module):
@@ -202,7 +207,8 @@ class Mlp(nnx.Module):
                           bias_init=normal(1e-6), param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x, *, gelu_kind: str, dropout_rate: float = 0.0, keys=(None, None)):
-        x = dropout(gelu(self.fc1(x), gelu_kind), dropout_rate, keys[0])
+        x = constrain(self.fc1(x), ("batch", "seq", "mlp"))
+        x = dropout(gelu(x, gelu_kind), dropout_rate, keys[0])
         return dropout(self.fc2(x), dropout_rate, keys[1])
 
 
@@ -218,6 +224,7 @@ class EncoderBlock(nnx.Module):
     def __call__(self, x, *, gelu_kind: str, dropout_rate=0.0, attention_dropout=0.0, drop_path_rate=0.0,
                  key=None, return_weights=False):
         keys = list(jax.random.split(key, 6)) if key is not None else [None] * 6
+        x = constrain(x, TOKENS)
         use_drop_path = not (isinstance(drop_path_rate, (int, float)) and drop_path_rate == 0.0)
         y = self.ln1(x)
         y, weights = self.attn(y, y, dropout_rate=attention_dropout, key=keys[0], return_weights=return_weights)
@@ -225,7 +232,7 @@ class EncoderBlock(nnx.Module):
         x = x + (drop_path(y, drop_path_rate, keys[2]) if use_drop_path else y)
         y = self.mlp(self.ln2(x), gelu_kind=gelu_kind, dropout_rate=dropout_rate, keys=(keys[3], keys[4]))
         x = x + (drop_path(y, drop_path_rate, keys[5]) if use_drop_path else y)
-        return x, weights
+        return constrain(x, TOKENS), weights
 
 
 class MAPHead(nnx.Module):

@@ -1,0 +1,184 @@
+"""Builders: digits, image folders and ImageNet-21k (from generated archives in the official layout)."""
+
+import collections
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vit_jax.data import datasets, imagenet21k, staging
+
+
+def labels_of(ds, split):
+    src = ds.source(split)
+    return [src[i]["label"] for i in range(len(src))]
+
+
+def test_digits_counts_split_and_images(digits_ds):
+    assert digits_ds.num_examples("train") == 1437 and digits_ds.num_examples("test") == 360
+    assert digits_ds.num_classes == 10 and digits_ds.class_names == [str(d) for d in range(10)]
+    test_counts = collections.Counter(labels_of(digits_ds, "test"))
+    assert sum(test_counts.values()) == 360 and min(test_counts.values()) >= 35  # stratified: ~36 per digit
+    ex = digits_ds.source("train")[0]
+    img = Image.open(io.BytesIO(ex["image"]))
+    assert img.format == "PNG" and img.size == (32, 32) and img.mode == "RGB"
+    desc = digits_ds.description()
+    assert desc["format"] == "array_record" and desc["splits"] == {"test": 360, "train": 1437}
+    assert json.loads(json.dumps(desc)) == desc
+    ids = {digits_ds.source(s)[i]["id"] for s in ("train", "test") for i in range(digits_ds.num_examples(s))}
+    assert len(ids) == 1797  # disjoint splits covering every digit
+
+
+def test_image_folder_with_hash_split_and_bad_files(tmp_path, gen):
+    root = tmp_path / "pets"
+    for c, cls in enumerate(["cat", "dog", "eel"]):
+        (root / cls).mkdir(parents=True)
+        for k in range(12):
+            (root / cls / f"{k}.jpg").write_bytes(gen.encode(gen.photo(20, 24, seed=c * 100 + k)))
+    (root / "dog" / "not_a_jpeg.JPEG").write_bytes(gen.bad_images()["converted_png"])
+    (root / "eel" / "broken.jpg").write_bytes(gen.bad_images()["skipped_truncated"])
+    (root / "eel" / "notes.txt").write_text("ignored: not an image suffix")
+    ds = datasets.open_dataset(f"folder:{root}", data_dir=str(tmp_path / "tfds"))
+    assert ds.class_names == ["cat", "dog", "eel"] and ds.splits == ["test", "train"]
+    assert ds.num_examples("train") + ds.num_examples("test") == 12 * 3 + 1
+    assert 0 < ds.num_examples("test") < 20
+    report = json.loads((Path(ds.builder.data_dir) / "build_report.json").read_text())
+    assert report["counts"] == {"kept": 36, "converted_png": 1, "skipped_truncated": 1}
+    assert report["files"]["skipped_truncated"] == ["eel/eel/broken.jpg"]
+    train_ids = {ds.source("train")[i]["id"].decode() for i in range(ds.num_examples("train"))}
+    test_ids = {ds.source("test")[i]["id"].decode() for i in range(ds.num_examples("test"))}
+    assert not train_ids & test_ids and "dog/not_a_jpeg.JPEG" in train_ids | test_ids
+
+
+def test_image_folder_with_split_folders_and_tfrecord_format(tmp_path, gen):
+    root = tmp_path / "tree"
+    sizes = {"train": 5, "val": 2}
+    for split, n in sizes.items():
+        for c, cls in enumerate(["a", "b"]):
+            (root / split / cls).mkdir(parents=True)
+            for k in range(n):
+                (root / split / cls / f"{k}.png").write_bytes(gen.encode(gen.photo(16, 16, c * 10 + k), fmt="PNG"))
+    name, data_dir = f"folder:{root}", str(tmp_path / "tfds")
+    # Prepared as TFRecord (how most existing TFDS copies are stored), then read through the same API.
+    datasets.prepare_builder(datasets.make_builder(name, data_dir, file_format="tfrecord"), name)
+    ds = datasets.open_dataset(name, data_dir=data_dir, prepare=False)
+    assert ds.file_format == "tfrecord" and ds.splits == ["train", "val"]
+    assert ds.num_examples("train") == 10 and ds.num_examples("val") == 4
+    assert sorted(labels_of(ds, "val")) == [0, 0, 1, 1]
+    ex = ds.source("val")[3]
+    assert Image.open(io.BytesIO(ex["image"])).size == (16, 16) and ex["labels"] == [ex["label"]]
+
+
+def make_release(tmp_path, gen, release: str, synsets: dict, form: str) -> Path:
+    manual = tmp_path / "manual"
+    manual.mkdir(exist_ok=True)
+    tars = {f"{s}.tar": gen.synset_tar_bytes(files) for s, files in synsets.items()}
+    archive = imagenet21k.ARCHIVES[release]
+    if form == "outer":
+        gen.write_tar(manual / archive, tars, mode="w:gz" if archive.endswith(".gz") else "w:")
+    else:
+        folder = manual / archive.split(".")[0]
+        folder.mkdir()
+        for name, data in tars.items():
+            (folder / name).write_bytes(data)
+    return manual
+
+
+def test_imagenet21k_fall11_from_outer_tar(tmp_path, gen):
+    synsets = imagenet21k.fall11_synsets()
+    chosen = [synsets[i] for i in (0, 5, 21842)]
+    files = {s: gen.imagenet_synsets(1, 8, seed=i, synsets=[s])[s] for i, s in enumerate(chosen)}
+    files[chosen[1]].update({f"{chosen[1]}_{k}.JPEG": data for k, data in gen.bad_images().items()})
+    manual = make_release(tmp_path, gen, "fall11", files, "outer")
+    ds = datasets.open_dataset("imagenet21k", data_dir=str(tmp_path / "tfds"), manual_dir=str(manual))
+    assert ds.num_classes == 21843 and ds.class_names[0] == "organism"
+    # 8 good + 3 converted per the bad synset; holdout 50 per class, capped at half the synset.
+    assert ds.num_examples("validation") == 4 + 5 + 4
+    assert ds.num_examples("train") == 4 + 6 + 4
+    counts = collections.Counter(labels_of(ds, "train") + labels_of(ds, "validation"))
+    assert counts == {0: 8, 5: 11, 21842: 8}
+    report = json.loads((Path(ds.builder.data_dir) / "build_report.json").read_text())
+    assert report["counts"] == {"kept": 24, "converted_cmyk": 1, "converted_grayscale": 1, "converted_png": 1,
+                                "skipped_corrupt": 1, "skipped_truncated": 1, "skipped_tiny": 1}
+    src = ds.source("train")
+    stored = {src[i]["id"].decode(): src[i]["image"] for i in range(len(src))}
+    some_id = next(k for k in stored if k.startswith(chosen[0]))
+    assert stored[some_id] == files[chosen[0]][some_id.split("/")[1]]  # original JPEG bytes, not re-encoded
+    held = imagenet21k.holdout(sorted(files[chosen[2]]), 50)
+    val_ids = {ds.source("validation")[i]["id"].decode() for i in range(ds.num_examples("validation"))}
+    assert {f"{chosen[2]}/{n}" for n in held} <= val_ids
+
+
+def test_imagenet21k_winter21_from_folder_of_tars(tmp_path, gen):
+    names = ["n09999999", "n00000002", "n01440764"]
+    files = gen.imagenet_synsets(3, 6, seed=3, synsets=names)
+    manual = make_release(tmp_path, gen, "winter21", files, "folder")
+    ds = datasets.open_dataset("imagenet21k/winter21_holdout2", data_dir=str(tmp_path / "tfds"), manual_dir=str(manual))
+    assert ds.num_classes == 3 and ds.builder.info.features["label"].names == sorted(names)
+    assert ds.num_examples("validation") == 6 and ds.num_examples("train") == 12
+    assert (Path(ds.builder.data_dir) / "synsets.txt").read_text().split() == sorted(names)
+    assert collections.Counter(labels_of(ds, "validation")) == {0: 2, 1: 2, 2: 2}
+
+
+def test_imagenet21k_build_resumes_after_interruption(tmp_path, gen, monkeypatch):
+    synsets = imagenet21k.fall11_synsets()[:4]
+    files = gen.imagenet_synsets(4, 3, seed=9, synsets=synsets)
+    manual = make_release(tmp_path, gen, "fall11", files, "outer")
+    data_dir = str(tmp_path / "tfds")
+
+    class Interrupted(Exception):
+        pass
+
+    real = staging.sanitize_image
+
+    def failing(data, **kw):
+        if data == files[synsets[2]][f"{synsets[2]}_1.JPEG"]:
+            raise Interrupted
+        return real(data, **kw)
+
+    monkeypatch.setattr(staging, "sanitize_image", failing)
+    with pytest.raises(Interrupted):
+        datasets.open_dataset("imagenet21k", data_dir=data_dir, manual_dir=str(manual), num_workers=1)
+    staged = sorted(p.name for p in (Path(data_dir) / "downloads" / "imagenet21k_fall11_staging").glob("*.tar"))
+    assert staged == [f"{synsets[0]}.tar", f"{synsets[1]}.tar"]
+
+    monkeypatch.setattr(staging, "sanitize_image", real)
+    calls = []
+    monkeypatch.setattr(staging, "sanitize_image", lambda data, **kw: calls.append(data) or real(data, **kw))
+    ds = datasets.open_dataset("imagenet21k", data_dir=data_dir, manual_dir=str(manual))
+    assert len(calls) == 2 * 3  # only the two unfinished synsets were read again
+    report = json.loads((Path(ds.builder.data_dir) / "build_report.json").read_text())
+    assert report["resumed_units"] == 2 and report["counts"] == {"kept": 12}
+    assert ds.num_examples("train") + ds.num_examples("validation") == 12
+
+
+def test_missing_data_errors_name_the_expected_files(tmp_path):
+    with pytest.raises(datasets.DataNotFoundError, match=r"fall11_whole\.tar.*--manual_dir"):
+        datasets.open_dataset("imagenet21k", data_dir=str(tmp_path), manual_dir=str(tmp_path / "nothing"))
+    with pytest.raises(datasets.DataNotFoundError, match=r"ILSVRC2012_img_train\.tar, ILSVRC2012_img_val\.tar"):
+        datasets.open_dataset("imagenet2012", data_dir=str(tmp_path))
+    with pytest.raises(datasets.DataNotFoundError, match=r"cifar10 is not prepared.*--download"):
+        datasets.open_dataset("cifar10", data_dir=str(tmp_path))
+    with pytest.raises(datasets.DataNotFoundError, match="prepare-data digits"):
+        datasets.open_dataset("digits", data_dir=str(tmp_path), prepare=False)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        datasets.open_dataset(f"folder:{tmp_path / 'nope'}", data_dir=str(tmp_path))
+
+
+def test_prepared_standard_tfds_dataset_is_read_through_tfds_builder(tmp_path, digits_ds):
+    # A dataset prepared by any TFDS builder is opened by name from its data_dir, without our builder classes.
+    import shutil
+
+    target = tmp_path / "other_ds" / "1.0.0"
+    shutil.copytree(digits_ds.builder.data_dir, target)
+    info = json.loads((target / "dataset_info.json").read_text())
+    info["name"] = "other_ds"
+    (target / "dataset_info.json").write_text(json.dumps(info))
+    for f in target.glob("digits-*"):
+        f.rename(target / f.name.replace("digits-", "other_ds-"))
+    ds = datasets.open_dataset("other_ds", data_dir=str(tmp_path), prepare=False)
+    assert ds.num_examples("test") == 360 and ds.num_classes == 10
+    assert np.asarray(Image.open(io.BytesIO(ds.source("test")[0]["image"]))).shape == (32, 32, 3)

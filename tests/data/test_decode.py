@@ -1,0 +1,66 @@
+"""Robust decoding: build-time sanitising of every difficult kind, read-time errors and substitution."""
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vit_jax.data import decode
+
+
+def test_rgb_jpeg_is_kept_byte_for_byte(gen):
+    data = gen.encode(gen.photo(40, 48))
+    out, kind = decode.sanitize_image(data)
+    assert kind == "kept" and out == data
+
+
+@pytest.mark.parametrize("kind", ["converted_cmyk", "converted_grayscale", "converted_png", "skipped_corrupt",
+                                  "skipped_truncated", "skipped_tiny"])
+def test_each_difficult_kind_is_converted_or_skipped(gen, kind):
+    data = gen.bad_images()[kind]
+    out, got = decode.sanitize_image(data)
+    assert got == kind
+    if kind.startswith("converted"):
+        img = Image.open(io.BytesIO(out))
+        assert img.format == "JPEG" and img.mode == "RGB" and img.size == (48, 40)
+    else:
+        assert out is None
+
+
+def test_converted_cmyk_keeps_the_picture(gen):
+    pixels = gen.photo(40, 48, seed=1)
+    out, _ = decode.sanitize_image(gen.encode(pixels, mode="CMYK", quality=95))
+    assert np.abs(decode.decode_rgb(out).astype(float) - pixels).mean() < 6
+
+
+def test_read_time_errors_are_decode_errors(gen):
+    for bad in (gen.bad_images()["skipped_corrupt"], gen.bad_images()["skipped_truncated"], b""):
+        with pytest.raises(decode.DecodeError):
+            decode.decode_rgb(bad)
+
+
+def test_png_named_jpeg_and_grayscale_decode_to_rgb_at_read_time(gen):
+    for data in (gen.bad_images()["converted_png"], gen.bad_images()["converted_grayscale"]):
+        arr = decode.decode_rgb(data)
+        assert arr.shape == (40, 48, 3) and arr.dtype == np.uint8
+
+
+def test_build_report_counts_and_merges():
+    a, b = decode.BuildReport(), decode.BuildReport()
+    a.add("kept", "x")
+    a.add("skipped_corrupt", "y")
+    b.add("converted_cmyk", "z")
+    b.add("skipped_corrupt", "w")
+    a.merge(b.to_dict())
+    assert a.counts == {"kept": 1, "skipped_corrupt": 2, "converted_cmyk": 1}
+    assert a.files["skipped_corrupt"] == ["y", "w"] and a.num_skipped == 2
+
+
+def test_jpeg_draft_scale_never_shrinks_the_crop_below_the_output():
+    assert decode.jpeg_draft_scale(300, 300, 224, 224) == 1
+    assert decode.jpeg_draft_scale(448, 500, 224, 224) == 2
+    assert decode.jpeg_draft_scale(4000, 3000, 224, 224) == 8
+    for w in range(224, 3000, 97):
+        s = decode.jpeg_draft_scale(w, w, 224, 224)
+        assert w / s >= 224 and (s == 8 or w / (2 * s) < 224)

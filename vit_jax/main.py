@@ -1,0 +1,74 @@
+"""Training entry point: `python -m vit_jax.main --config=configs/demo.py[:args] --workdir=DIR [--config.key=v]`.
+
+Also `vit-jax train ...`. Rerunning the same command in the same workdir resumes from the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+_CONFIG = config_flags.DEFINE_config_file("config", None, "training config file (configs/*.py[:args])",
+                                          lock_config=False)
+_WORKDIR = flags.DEFINE_string("workdir", None, "directory for checkpoints, metrics, summary.json")
+
+
+def check_override_keys(argv: list[str]) -> None:
+    """Unknown `--config.a.b=...` keys fail with the closest valid key (before absl's own, vaguer error)."""
+    from vit_jax.train.config import ConfigError, _flat, default_config, unknown_key_message
+
+    valid = list(_flat(default_config()))
+    for arg in argv:
+        m = re.match(r"--config\.([\w.]+)(?:=|$)", arg)
+        if m and m.group(1) not in valid and not any(v.startswith(m.group(1) + ".") for v in valid):
+            raise ConfigError(unknown_key_message(m.group(1), valid))
+
+
+def _main(argv: list[str]) -> None:
+    del argv
+    from vit_jax.train.config import ConfigError
+
+    config = _CONFIG.value
+    workdir = _WORKDIR.value
+    if config is None or not workdir:
+        raise app.UsageError("both --config and --workdir are required")
+    # Multi-process start-up and device simulation must precede any JAX computation.
+    from vit_jax.parallel.distributed import initialize
+    from vit_jax.runtime import configure_jax, hide_accelerators_from_tensorflow
+
+    configure_jax(num_cpu_devices=config.get("num_cpu_devices") or None)
+    d = config.distributed
+    initialize(d.coordinator, d.num_processes, d.process_id, d.heartbeat_timeout_s, d.initialization_timeout_s)
+    hide_accelerators_from_tensorflow()
+    from vit_jax.train.trainer import Trainer
+
+    try:
+        result = Trainer(config, workdir).train()
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if result.get("status") == "preempted":
+        sys.exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv if argv is None else argv)
+    from vit_jax.train.config import ConfigError
+
+    try:
+        check_override_keys(argv[1:])
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    app.run(_main, argv=argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The training config: every key with its default, validation, and durations resolved to steps in one place.
+
+Config files in configs/ start from `default_config()` and change what they need; `validate()` then rejects any key
+that is not in the schema (naming the closest valid key) and any value of the wrong type, so a typo can never be
+silently ignored. Durations may be given in steps, epochs or examples; `resolve_durations` turns them into steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from typing import Any
+
+import ml_collections
+
+
+def default_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.model = dict(
+        variant="Ti/16",  # any vit_jax.models variant string; the fields below override it when set (non-zero)
+        width=0, depth=0, mlp_dim=0, num_heads=0, patch_size=0,
+        image_size=224,  # square input resolution (rectangular inputs: see vit_jax.models / vit-jax convert)
+        pool="token", posemb="learn", rep_size=0, head_bias_init=0.0,
+        dropout=0.0, attention_dropout=0.0, drop_path=0.0, gelu="tanh",
+        dtype="float32",  # compute dtype (bfloat16 on accelerators); params stay param_dtype
+        param_dtype="float32", remat="none", scan=False,
+        resnet_layers=(), resnet_width=1,
+    )
+    c.data = dict(
+        name="digits",  # digits | imagenet21k[/fall11|/winter21] | folder:/path | any TFDS name
+        data_dir="",  # '' = $TFDS_DATA_DIR or ~/tensorflow_datasets
+        manual_dir="",
+        train_split="train", eval_split="test",
+        pp_train="decode|resize(224)|flip_lr|value_range(-1,1)",  # big_vision-style op string
+        pp_eval="decode|resize(224)|value_range(-1,1)",
+        fraction=1.0,  # use this fraction of the training split (data-size sweeps)
+        num_workers=0,  # decode threads per process; 0 = automatic
+        prefetch=2,  # batches in flight per process
+    )
+    c.batch_size = 4096  # global
+    c.micro_batches = 1  # gradient accumulation: the batch is processed in this many slices per update
+    # Training length: exactly one of these (steps, epochs of the training split, or examples).
+    c.total_steps = 0
+    c.total_epochs = 0.0
+    c.total_examples = 0
+    c.optimizer = dict(
+        name="adamw",  # adamw | sgd | adafactor
+        lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, momentum=0.9, nesterov=False,
+        weight_decay=0.0,  # decoupled; multiplied by the lr schedule (optax convention)
+        decay_mask="kernels",  # kernels | all | none: which parameters are decayed
+        grad_clip_norm=1.0,  # 0 disables
+        mu_dtype="float32",  # bfloat16 halves first-moment memory
+        schedule="cosine",  # cosine | linear | rsqrt | constant (after warmup)
+        warmup_steps=0, warmup_epochs=0.0, warmup_examples=0,
+        end_lr_factor=0.0,  # lr at the end of linear/cosine decay, as a fraction of lr
+        rsqrt_timescale=10_000,
+    )
+    c.loss = dict(
+        kind="softmax_xent",  # softmax_xent | sigmoid_xent
+        label_smoothing=0.0,
+        mixup_alpha=0.0,  # > 0: mixup on device with lambda ~ Beta(alpha, alpha)
+    )
+    c.mesh = dict(data=-1, fsdp=1, tensor=1)  # -1: all remaining devices
+    c.checkpoint = dict(
+        every_steps=0, every_epochs=0.0,  # 0 and 0.0: only at the end (and on preemption)
+        keep=3,  # the last N
+        keep_every_steps=0,  # and every K-th step forever (0: none)
+        async_save=True,
+    )
+    c.eval = dict(
+        every_steps=0, every_epochs=0.0,  # 0 and 0.0: only at the end
+        batch_size=0,  # 0: the training batch size
+        fewshot=dict(
+            datasets=(),  # dataset names evaluated with closed-form few-shot ridge regression
+            train_split="train", test_split="test",
+            shots=(1, 5, 10, 25), l2_reg=1e-2, seeds=3, every_steps=0, every_epochs=0.0,
+            max_test_examples=10_000,
+        ),
+    )
+    c.log_every_steps = 50
+    c.init = dict(
+        checkpoint="",  # .npz (official/big_vision), timm .safetensors, or one of our run dirs
+        reinit=("head",),  # parameters that keep their fresh init when fine-tuning
+        posemb_resize="bicubic",  # bicubic | bilinear
+    )
+    c.nan_guard = dict(max_consecutive=10)
+    c.distributed = dict(
+        coordinator="",  # host:port; '' = auto-detect (TPU pod, SLURM) or single process
+        num_processes=0, process_id=-1,
+        heartbeat_timeout_s=30,  # a dead peer is detected within about this long
+        initialization_timeout_s=300,
+    )
+    c.num_cpu_devices = 0  # > 0: simulate this many CPU devices (development / tests)
+    return c
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Validation.
+
+class ConfigError(ValueError):
+    """A config key or value a user wrote is not valid; the message names the fix."""
+
+
+def _flat(c: Any, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in c.items():
+        if isinstance(v, (ml_collections.ConfigDict, dict)):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _type_ok(default: Any, value: Any) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, str):
+        return isinstance(value, str)
+    if isinstance(default, (tuple, list)):
+        return isinstance(value, (tuple, list))
+    return True
+
+
+def unknown_key_message(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    leaf = key.rsplit(".", 1)[-1]
+    close = close or [k for k in valid if k.rsplit(".", 1)[-1] == leaf][:1]
+    return f"unknown config key '{key}'" + (f"; did you mean '{close[0]}'?" if close else "")
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Every key must exist in the schema with a value of the schema's type (ints accepted for floats)."""
+    schema = _flat(default_config())
+    given = _flat(config)
+    for key, value in given.items():
+        if key not in schema:
+            raise ConfigError(unknown_key_message(key, list(schema)))
+        default = schema[key]
+        if not _type_ok(default, value):
+            raise ConfigError(f"config key '{key}' must be {type(default).__name__}, got {value!r} "
+                              f"({type(value).__name__})")
+    lengths = [k for k in ("total_steps", "total_epochs", "total_examples") if given.get(k)]
+    if len(lengths) != 1:
+        raise ConfigError("set exactly one of total_steps, total_epochs, total_examples "
+                          f"(got {', '.join(lengths) or 'none'})")
+    for group in ("optimizer.warmup", "checkpoint.every", "eval.every", "eval.fewshot.every"):
+        set_ = [k for k in given if k.startswith(group + "_") and given[k]]
+        if len(set_) > 1:
+            raise ConfigError(f"set only one of {', '.join(set_)}")
+    if config.batch_size % config.micro_batches:
+        raise ConfigError(f"batch_size {config.batch_size} is not divisible by micro_batches {config.micro_batches}")
+    choices = {"optimizer.name": ("adamw", "sgd", "adafactor"), "optimizer.schedule": ("cosine", "linear", "rsqrt",
+               "constant"), "optimizer.decay_mask": ("kernels", "all", "none"), "loss.kind": ("softmax_xent",
+               "sigmoid_xent"), "optimizer.mu_dtype": ("float32", "bfloat16"), "init.posemb_resize": ("bicubic",
+               "bilinear")}
+    for key, allowed in choices.items():
+        if given[key] not in allowed:
+            raise ConfigError(f"config key '{key}' is {given[key]!r}; choose one of {', '.join(allowed)}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Durations.
+
+@dataclasses.dataclass(frozen=True)
+class Durations:
+    total_steps: int
+    warmup_steps: int
+    steps_per_epoch: float
+    eval_every: int  # 0: only at the end
+    checkpoint_every: int
+    fewshot_every: int
+
+
+def _steps(steps: int, epochs: float, examples: int, steps_per_epoch: float, batch_size: int) -> int:
+    if steps:
+        return int(steps)
+    if epochs:
+        return max(1, int(math.ceil(epochs * steps_per_epoch)))
+    if examples:
+        return max(1, int(math.ceil(examples / batch_size)))
+    return 0
+
+
+def resolve_durations(config: ml_collections.ConfigDict, train_examples: int) -> Durations:
+    """The one place where epochs and examples become steps."""
+    b = config.batch_size
+    spe = train_examples / b
+    o, ck, ev, fs = config.optimizer, config.checkpoint, config.eval, config.eval.fewshot
+    total = _steps(config.total_steps, config.total_epochs, config.total_examples, spe, b)
+    return Durations(
+        total_steps=total,
+        warmup_steps=min(total, _steps(o.warmup_steps, o.warmup_epochs, o.warmup_examples, spe, b)),
+        steps_per_epoch=spe,
+        eval_every=_steps(ev.every_steps, ev.every_epochs, 0, spe, b),
+        checkpoint_every=_steps(ck.every_steps, ck.every_epochs, 0, spe, b),
+        fewshot_every=_steps(fs.every_steps, fs.every_epochs, 0, spe, b),
+    )
+
+
+def model_config(config: ml_collections.ConfigDict, num_classes: int):
+    """The ViTConfig a training config describes (the head size comes from the dataset)."""
+    from vit_jax.models.config import vit_config
+
+    m = config.model
+    overrides = {k: m[k] for k in ("width", "depth", "mlp_dim", "num_heads", "patch_size") if m[k]}
+    fields = ("image_size", "pool", "posemb", "rep_size", "head_bias_init", "dropout", "attention_dropout",
+              "drop_path", "gelu", "dtype", "param_dtype", "remat", "scan", "resnet_width")
+    kw = {k: m[k] for k in fields}
+    if m.resnet_layers:
+        kw["resnet_layers"] = tuple(m.resnet_layers)
+    return vit_config(m.variant or None, num_classes=num_classes, **kw, **overrides)

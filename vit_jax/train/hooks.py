@@ -1,0 +1,316 @@
+"""Hooks of the trainer: each runs every N steps and once at the end (logging, evaluation, few-shot, checkpoints),
+plus the end-of-run summary.json and training-curve plot."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from vit_jax.eval.classification import evaluate
+from vit_jax.eval.fewshot import fewshot_accuracy
+from vit_jax.train.metrics import format_duration, read_jsonl
+
+
+class StepTimer:
+    """Host time spent waiting for data vs. in the step, between two logs."""
+
+    def __init__(self):
+        self.data_s = 0.0
+
+    @contextlib.contextmanager
+    def data(self):
+        t = time.perf_counter()
+        yield
+        self.data_s += time.perf_counter() - t
+
+    @contextlib.contextmanager
+    def step(self):
+        yield
+
+    def reset(self) -> float:
+        d, self.data_s = self.data_s, 0.0
+        return d
+
+
+class Hook(abc.ABC):
+    every = 0
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.total = trainer.dur.total_steps
+
+    def maybe_run(self, step: int, metrics: dict, it, timer: StepTimer) -> None:
+        if self.every and step % self.every == 0 and step < self.total:
+            self.run(step, it)
+
+    @abc.abstractmethod
+    def run(self, step: int, it) -> None:
+        """The hook's work at `step`."""
+
+    def finish(self, step: int, it) -> None:
+        self.run(step, it)
+
+
+class LogHook(Hook):
+    """Training metrics every `log_every_steps`: loss, lr, norms, skips, img/s, step time, data-wait fraction, MFU,
+    cumulative exaFLOPs, device-hours / TPU-core-days, examples seen, epoch; and a console progress line."""
+
+    def __init__(self, trainer, writer):
+        super().__init__(trainer)
+        self.writer = writer
+        self.every = trainer.config.log_every_steps
+        self.pending: list[dict] = []
+        self.t_last: float | None = None
+        self.step_last = trainer.start_step
+
+    def maybe_run(self, step, metrics, it, timer):
+        if self.t_last is None:  # the first step includes compilation: start the clock after it
+            jax.block_until_ready(metrics)
+            self.t_last, self.step_last = time.perf_counter(), step
+            timer.reset()
+            return
+        self.pending.append(metrics)
+        self.timer = timer
+        if (self.every and step % self.every == 0) or step == self.total:
+            self.run(step, it)
+
+    def run(self, step, it):
+        if not self.pending:
+            return
+        t = self.trainer
+        fetched = jax.device_get(self.pending)
+        self.pending = []
+        now = time.perf_counter()
+        wall = now - self.t_last
+        steps = step - self.step_last
+        t.progress["train_time_s"] += wall
+        self.t_last, self.step_last = now, step
+        data_s = self.timer.reset()
+        b = t.config.batch_size
+        img_s = steps * b / wall if wall > 0 else float("nan")
+        hw = t.hardware
+        n_dev = hw["num_devices"]
+        examples = step * b
+        device_hours = t.progress["train_time_s"] * n_dev / 3600
+        scalars = {
+            "train/loss": float(np.mean([m["loss"] for m in fetched])),
+            "train/lr": float(fetched[-1]["lr"]),
+            "train/grad_norm": float(np.mean([m["grad_norm"] for m in fetched])),
+            "train/param_norm": float(fetched[-1]["param_norm"]),
+            "train/skipped_steps": int(fetched[-1]["skipped"]),
+            "perf/img_per_sec": img_s,
+            "perf/step_time_s": wall / steps,
+            "perf/data_wait_fraction": data_s / wall if wall > 0 else 0.0,
+            "perf/mfu": img_s * t.flops_per_image / (hw["peak_flops_per_device"] * n_dev),
+            "compute/exaflops": examples * t.flops_per_image / 1e18,
+            "compute/device_hours": device_hours,
+            "progress/examples_seen": examples,
+            "progress/epoch": examples / t.train_examples,
+        }
+        if hw["tpu_cores_per_device"]:
+            scalars["compute/tpu_core_days"] = device_hours * hw["tpu_cores_per_device"] / 24
+        t.last_perf = scalars
+        self.writer.write(step, scalars)
+        eta = (self.total - step) * wall / steps
+        _print(f"step {step}/{self.total} ({100 * step / self.total:.0f}%) | ETA {format_duration(eta)} | "
+               f"{img_s:,.0f} img/s | MFU {100 * scalars['perf/mfu']:.1f}% | loss {scalars['train/loss']:.4f} | "
+               f"lr {scalars['train/lr']:.2e}")
+
+    def finish(self, step, it):
+        self.run(step, it)
+
+
+class EvalHook(Hook):
+    """Top-1/top-5 (single-label), precision@1 (multi-label) and loss on the eval split, exact counts."""
+
+    def __init__(self, trainer, writer):
+        super().__init__(trainer)
+        self.writer = writer
+        self.every = trainer.dur.eval_every
+        self.last_step = None
+        self.latest: dict[str, float] = {}
+
+    def run(self, step, it):
+        result = run_eval(self.trainer)
+        self.last_step = step
+        self.latest = {f"eval/{k}": v for k, v in result.items()}
+        best = self.trainer.progress["best"]
+        if self.latest["eval/top1"] >= best.get("eval/top1", -1.0):
+            best.update({"eval/top1": self.latest["eval/top1"], "step": step})
+        self.writer.write(step, self.latest)
+        _print(f"eval step {step}: top1 {100 * result['top1']:.2f}% | top5 {100 * result['top5']:.2f}% | "
+               f"loss {result['loss']:.4f} | {int(result['count'])} examples")
+
+    def finish(self, step, it):
+        if self.last_step != step:
+            self.run(step, it)
+
+
+class FewShotHook(Hook):
+    def __init__(self, trainer, writer):
+        super().__init__(trainer)
+        self.writer = writer
+        fs = trainer.config.eval.fewshot
+        self.datasets = tuple(fs.datasets)
+        self.every = trainer.dur.fewshot_every if self.datasets else 0
+        self.last_step = None
+        self.latest: dict[str, float] = {}
+
+    def run(self, step, it):
+        if not self.datasets:
+            return
+        self.latest = run_fewshot(self.trainer)
+        self.last_step = step
+        self.writer.write(step, self.latest)
+        _print(f"few-shot step {step}: " + ", ".join(f"{k.split('/', 1)[1]} {100 * v:.1f}%"
+                                                     for k, v in self.latest.items()))
+
+    def finish(self, step, it):
+        if self.datasets and self.last_step != step:
+            self.run(step, it)
+
+
+class CheckpointHook(Hook):
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.every = trainer.dur.checkpoint_every
+
+    def run(self, step, it):
+        self.trainer.save_checkpoint(step, it.get_state())
+
+    def finish(self, step, it):
+        if self.trainer.ckpt.latest_step() != step:
+            self.trainer.save_checkpoint(step, it.get_state(), wait=True)
+
+
+def default_hooks(trainer, writer) -> list[Hook]:
+    # Order matters at a shared step: log, then evaluate, then checkpoint (so the checkpoint records best metrics).
+    return [LogHook(trainer, writer), EvalHook(trainer, writer), FewShotHook(trainer, writer), CheckpointHook(trainer)]
+
+
+def _print(msg: str) -> None:
+    if jax.process_index() == 0:
+        print(msg, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+def run_eval(trainer) -> dict[str, float]:
+    from vit_jax.data import pipeline
+
+    c = trainer.config
+    batches = pipeline.eval_iterator(trainer.ds, split=c.data.eval_split, pp=c.data.pp_eval,
+                                     global_batch_size=c.eval.batch_size or c.batch_size, sharding=trainer.batch_sh)
+    return evaluate(trainer.eval_step, trainer.state["params"], batches)
+
+
+def _features(trainer, ds, split: str, pp: str) -> tuple[np.ndarray, np.ndarray]:
+    from vit_jax.data import pipeline
+    from vit_jax.train.step import features_step
+
+    if not hasattr(trainer, "_features_fn"):
+        trainer._features_fn = jax.jit(features_step(trainer.model), in_shardings=(trainer.param_sh, trainer.batch_sh))
+    c = trainer.config
+    feats, labels = [], []
+    for batch in pipeline.eval_iterator(ds, split=split, pp=pp, global_batch_size=c.eval.batch_size or c.batch_size,
+                                        sharding=trainer.batch_sh):
+        f = np.asarray(jax.device_get(_gather(trainer._features_fn(trainer.state["params"], batch["image"]))))
+        mask = np.asarray(jax.device_get(_gather(batch["_mask"]))) > 0
+        feats.append(f[mask])
+        labels.append(np.asarray(jax.device_get(_gather(batch["label"])))[mask])
+    return np.concatenate(feats), np.concatenate(labels)
+
+
+def _gather(x):
+    """A global array as a full host copy on every process."""
+    if jax.process_count() == 1:
+        return x
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(x, tiled=True)
+
+
+def run_fewshot(trainer) -> dict[str, float]:
+    from vit_jax.data import pipeline
+
+    fs = trainer.config.eval.fewshot
+    out = {}
+    for name in fs.datasets:
+        ds = pipeline.open_dataset(name, data_dir=trainer.config.data.data_dir or None)
+        pp = trainer.config.data.pp_eval
+        train_x, train_y = _features(trainer, ds, fs.train_split, pp)
+        test_x, test_y = _features(trainer, ds, fs.test_split, pp)
+        test_x, test_y = test_x[:fs.max_test_examples], test_y[:fs.max_test_examples]
+        accs = fewshot_accuracy(train_x, train_y, test_x, test_y, num_classes=ds.num_classes, shots=tuple(fs.shots),
+                                l2_reg=fs.l2_reg, seeds=fs.seeds)
+        out.update({f"fewshot/{name}/{k}shot": v for k, v in accs.items()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+def write_summary(trainer, step: int, hooks: list[Hook]) -> dict[str, Any]:
+    c = trainer.config
+    final: dict[str, float] = {}
+    for hook in hooks:
+        final.update(getattr(hook, "latest", {}))
+    perf = getattr(trainer, "last_perf", {})
+    hw = trainer.hardware
+    device_hours = trainer.progress["train_time_s"] * hw["num_devices"] / 3600
+    examples = step * c.batch_size
+    m = trainer.model_cfg
+    summary = {
+        "status": "finished",
+        "name": os.path.basename(os.path.normpath(trainer.workdir)),
+        "workdir": os.path.abspath(trainer.workdir),
+        "model": {"name": m.name, "variant": c.model.variant, "params": trainer.model.num_params(),
+                  "image_size": list(m.image_size), "patch_size": list(m.patch_size),
+                  "family": "Hybrid" if m.resnet_layers else "ViT"},
+        "dataset": {"name": c.data.name, "train_examples": trainer.train_examples},
+        "global_batch_size": c.batch_size,
+        "steps": step,
+        "epochs": examples / trainer.train_examples,
+        "examples_seen": examples,
+        "compute": {
+            "train_flops_per_image": trainer.flops_per_image,
+            "exaflops": examples * trainer.flops_per_image / 1e18,
+            "device_hours": device_hours,
+            "device_days": device_hours / 24,
+            "tpu_v3_core_days": (device_hours * hw["tpu_cores_per_device"] / 24
+                                 if "v3" in hw["device_kind"].lower() else None),
+            "tpu_core_days": (device_hours * hw["tpu_cores_per_device"] / 24 if hw["tpu_cores_per_device"] else None),
+            "device_kind": hw["device_kind"],
+            "num_devices": hw["num_devices"],
+            "img_per_sec": perf.get("perf/img_per_sec"),
+            "mfu": perf.get("perf/mfu"),
+            "compile_time_s": getattr(trainer, "compile_time_s", None),
+        },
+        "final": final,
+        "best": dict(trainer.progress["best"]),
+        "skipped_steps": int(jax.device_get(trainer.state["skipped"])),
+        "wall_time_s": time.time() - trainer.t_start,
+        "config": c.to_dict(),
+    }
+    if jax.process_index() == 0:
+        path = os.path.join(trainer.workdir, "summary.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(summary, f, indent=2, default=_jsonable)
+        os.replace(path + ".tmp", path)
+        from vit_jax.train.plots import plot_training_curves
+
+        plot_training_curves(read_jsonl(os.path.join(trainer.workdir, "metrics.jsonl")),
+                             os.path.join(trainer.workdir, "curves.png"), title=m.name)
+    return summary
+
+
+def _jsonable(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, tuple):
+        return list(x)
+    return str(x)

@@ -1,0 +1,99 @@
+"""Metric writing (TensorBoard via clu + a JSON-lines file), hardware peak FLOP/s for MFU, and compute accounting."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+# Dense bf16 peak FLOP/s per JAX device (TPU v2/v3 devices are single cores; v4 and later are whole chips).
+PEAK_FLOPS = (
+    ("TPU v2", 22.5e12), ("TPU v3", 61.5e12), ("TPU v4", 275e12), ("TPU v5 lite", 197e12), ("TPU v5e", 197e12),
+    ("TPU v5p", 459e12), ("TPU v5", 459e12), ("TPU v6 lite", 918e12), ("TPU v6e", 918e12), ("TPU7x", 2307e12),
+    ("H200", 989e12), ("H100", 989e12), ("A100", 312e12), ("B200", 2250e12), ("L4", 121e12),
+)
+# TensorCores per JAX device, for TPU-core-days (the ViT paper's compute unit).
+TPU_CORES = (("TPU v2", 1), ("TPU v3", 1), ("TPU v4", 2), ("TPU v5p", 2), ("TPU v5", 1), ("TPU v6", 1))
+
+
+def table_lookup(table, kind: str):
+    for key, value in table:
+        if key.lower() in kind.lower():
+            return value
+    return None
+
+
+def measure_cpu_matmul_flops(n: int = 2048, repeats: int = 3) -> float:
+    """Achieved FLOP/s of an n x n fp32 matmul on this CPU, measured now: the CPU 'peak' MFU is taken against."""
+    a = jax.random.normal(jax.random.key(0), (n, n), jax.numpy.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        f(a).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2.0 * n**3 / best
+
+
+def device_peak_flops(device=None) -> tuple[float, str]:
+    """(peak FLOP/s per device, where the number comes from)."""
+    device = device or jax.devices()[0]
+    if device.platform == "cpu":
+        return measure_cpu_matmul_flops(), "measured fp32 2048^2 matmul"
+    peak = table_lookup(PEAK_FLOPS, device.device_kind)
+    if peak is None:
+        return float("nan"), f"unknown device kind {device.device_kind!r}"
+    return peak, f"{device.device_kind} dense bf16 peak"
+
+
+class MetricWriter:
+    """TensorBoard events (clu) plus `metrics.jsonl`, written by process 0 only; other processes just log."""
+
+    def __init__(self, workdir: str, enabled: bool):
+        self.enabled = enabled
+        self._jsonl = None
+        self._tb = None
+        if enabled:
+            from clu import metric_writers
+
+            os.makedirs(workdir, exist_ok=True)
+            self._tb = metric_writers.create_default_writer(os.path.join(workdir, "tb"), asynchronous=True)
+            self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+
+    def write(self, step: int, scalars: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        clean = {k: float(v) for k, v in scalars.items() if v is not None and np.isscalar(v) or
+                 (hasattr(v, "shape") and np.shape(v) == ())}
+        self._tb.write_scalars(step, clean)
+        self._jsonl.write(json.dumps({"step": int(step), **{k: _json_float(v) for k, v in clean.items()}}) + "\n")
+        self._jsonl.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self._tb.flush()
+            self._tb.close()
+            self._jsonl.close()
+
+
+def _json_float(v: float):
+    return v if np.isfinite(v) else str(v)
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def read_jsonl(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

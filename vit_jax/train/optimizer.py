@@ -1,0 +1,83 @@
+"""Optimizers and learning-rate schedules from the config (optax), and the losses.
+
+Weight decay is decoupled (AdamW): added to the update after the adaptive scaling and multiplied by the learning-rate
+schedule, the optax convention; by default only kernels (matrices) are decayed, not biases, norms, embeddings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+
+def make_schedule(o: ml_collections.ConfigDict, total_steps: int, warmup_steps: int) -> optax.Schedule:
+    """Linear warmup from 0, then cosine / linear decay to `end_lr_factor * lr`, rsqrt, or constant."""
+    lr, end = o.lr, o.lr * o.end_lr_factor
+    decay_steps = max(total_steps - warmup_steps, 1)
+    if o.schedule == "cosine":
+        after = optax.cosine_decay_schedule(lr, decay_steps, alpha=o.end_lr_factor)
+    elif o.schedule == "linear":
+        after = optax.linear_schedule(lr, end, decay_steps)
+    elif o.schedule == "rsqrt":
+        timescale = o.rsqrt_timescale
+
+        def after(step):
+            return lr * jnp.sqrt(timescale / jnp.maximum(step + timescale, timescale))
+    else:
+        after = optax.constant_schedule(lr)
+    if not warmup_steps:
+        return after
+    return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup_steps), after], [warmup_steps])
+
+
+def decay_mask(params: Any, mode: str) -> Any:
+    if mode == "all":
+        return jax.tree.map(lambda _: True, params)
+    if mode == "none":
+        return jax.tree.map(lambda _: False, params)
+    return jax.tree_util.tree_map_with_path(lambda path, _: getattr(path[-1], "key", None) == "kernel", params)
+
+
+def make_optimizer(o: ml_collections.ConfigDict, schedule: optax.Schedule, params: Any) -> optax.GradientTransformation:
+    parts = []
+    if o.grad_clip_norm:
+        parts.append(optax.clip_by_global_norm(o.grad_clip_norm))
+    mask = decay_mask(params, o.decay_mask)
+    mu_dtype = jnp.dtype(o.mu_dtype)
+    if o.name == "adamw":
+        parts.append(optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps, mu_dtype=mu_dtype))
+    elif o.name == "sgd":
+        if o.momentum:
+            parts.append(optax.trace(decay=o.momentum, nesterov=o.nesterov, accumulator_dtype=mu_dtype))
+    elif o.name == "adafactor":
+        # Factored second moments (memory ~ rows + columns per matrix) for the largest models; optional momentum.
+        parts.append(optax.scale_by_factored_rms(decay_rate=o.b2 if o.b2 < 1 else 0.8, epsilon=1e-30))
+        if o.b1:
+            parts.append(optax.ema(o.b1, debias=False, accumulator_dtype=mu_dtype))
+    else:
+        raise ValueError(f"unknown optimizer {o.name!r}")
+    if o.weight_decay:
+        parts.append(optax.add_decayed_weights(o.weight_decay, mask))
+    parts.append(optax.scale_by_learning_rate(schedule))
+    return optax.chain(*parts)
+
+
+def softmax_xent(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    return -jnp.sum(labels * jax.nn.log_softmax(logits.astype(jnp.float32)), axis=-1)
+
+
+def sigmoid_xent(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    return jnp.sum(optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), labels), axis=-1)
+
+
+LOSSES = {"softmax_xent": softmax_xent, "sigmoid_xent": sigmoid_xent}
+
+
+def smooth_labels(labels: jax.Array, smoothing: float) -> jax.Array:
+    if not smoothing:
+        return labels
+    return labels * (1.0 - smoothing) + smoothing / labels.shape[-1]

@@ -1,0 +1,133 @@
+"""The jitted train and eval steps (pure functions of state and batch; sharding is applied by the caller).
+
+Train state: {"params", "opt_state", "step", "rng" (key data of the run's seed), "skipped", "consecutive_skips"}.
+All randomness of step s comes from fold_in(seed key, s), so a resumed run replays exactly the same dropout and
+mixup masks as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from vit_jax.data.mixup import mixup
+from vit_jax.models.vit import FunctionalViT
+from vit_jax.train.optimizer import LOSSES, smooth_labels
+
+
+def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.Array) -> dict[str, Any]:
+    """`rng_key_data`: raw key data (uint32) of the training key; stored so a checkpoint is self-contained."""
+    return {
+        "params": params,
+        "opt_state": tx.init(params),
+        "step": jnp.zeros((), jnp.int32),
+        "rng": rng_key_data,
+        "skipped": jnp.zeros((), jnp.int32),
+        "consecutive_skips": jnp.zeros((), jnp.int32),
+    }
+
+
+def make_train_step(model: FunctionalViT, tx: optax.GradientTransformation, schedule: Callable, *,
+                    loss_kind: str = "softmax_xent", micro_batches: int = 1, label_smoothing: float = 0.0,
+                    mixup_alpha: float = 0.0) -> Callable:
+    cfg = model.cfg
+    loss_fn = LOSSES[loss_kind]
+    needs_rng = bool(cfg.dropout or cfg.attention_dropout or cfg.drop_path)
+
+    def micro_loss(params, images, labels, key):
+        k_mix, k_model = jax.random.split(key)
+        if mixup_alpha:
+            mixed = mixup({"image": images, "labels": labels}, k_mix, mixup_alpha)
+            images, labels = mixed["image"], mixed["labels"]
+        logits, _ = model.apply(params, images, train=True, rng=k_model if needs_rng else None)
+        return jnp.mean(loss_fn(logits, labels))
+
+    grad_fn = jax.value_and_grad(micro_loss)
+
+    def train_step(state, batch):
+        params = state["params"]
+        key = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
+        images = batch["image"]
+        labels = smooth_labels(batch["labels"].astype(jnp.float32), label_smoothing)
+        if micro_batches == 1:
+            loss, grads = grad_fn(params, images, labels, key)
+        else:
+            # Example j of micro-batch i is row j * n + i: every micro-batch spans all devices' shards evenly.
+            def split(x):
+                return jnp.swapaxes(x.reshape(x.shape[0] // micro_batches, micro_batches, *x.shape[1:]), 0, 1)
+
+            def body(acc, xs):
+                i, mb_images, mb_labels = xs
+                loss_i, grads_i = grad_fn(params, mb_images, mb_labels, jax.random.fold_in(key, i))
+                return jax.tree.map(jnp.add, acc, (loss_i, grads_i)), None
+
+            zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
+            (loss, grads), _ = jax.lax.scan(body, zeros, (jnp.arange(micro_batches), split(images), split(labels)))
+            loss, grads = jax.tree.map(lambda x: x / micro_batches, (loss, grads))
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        updates, new_opt_state = tx.update(grads, state["opt_state"], params)
+        new_params = optax.apply_updates(params, updates)
+
+        def keep_if_finite(new, old):  # NaN/Inf guard: a bad step leaves params and optimizer state untouched
+            return jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+
+        new_params = keep_if_finite(new_params, params)
+        skipped = state["skipped"] + (~finite).astype(jnp.int32)
+        new_state = {
+            "params": new_params,
+            "opt_state": keep_if_finite(new_opt_state, state["opt_state"]),
+            "step": state["step"] + 1,
+            "rng": state["rng"],
+            "skipped": skipped,
+            "consecutive_skips": jnp.where(finite, 0, state["consecutive_skips"] + 1),
+        }
+        metrics = {
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "param_norm": optax.global_norm(new_params),
+            # Skipped steps do not advance optax's counters, so the schedule position is step - skipped.
+            "lr": schedule(state["step"] - state["skipped"]),
+            "finite": finite,
+            "skipped": skipped,
+            "consecutive_skips": new_state["consecutive_skips"],
+        }
+        return new_state, metrics
+
+    return train_step
+
+
+def make_eval_step(model: FunctionalViT, loss_kind: str = "softmax_xent") -> Callable:
+    """Sums (not means) over the masked batch, so padded examples never count and totals are exact."""
+    loss_fn = LOSSES[loss_kind]
+
+    def eval_step(params, batch):
+        logits, _ = model.apply(params, batch["image"])
+        mask = batch["_mask"].astype(jnp.float32)
+        labels = batch["labels"].astype(jnp.float32)
+        label = batch["label"]
+        top1 = jnp.argmax(logits, -1)
+        k = min(5, logits.shape[-1])
+        topk = jax.lax.top_k(logits, k)[1]
+        return {
+            "count": mask.sum(),
+            "loss": (loss_fn(logits, labels) * mask).sum(),
+            "top1": ((top1 == label) * mask).sum(),
+            "top5": (jnp.any(topk == label[:, None], -1) * mask).sum(),
+            # multi-label: is the top prediction one of the example's labels
+            "prec1": ((jnp.take_along_axis(labels, top1[:, None], -1)[:, 0] > 0) * mask).sum(),
+        }
+
+    return eval_step
+
+
+def features_step(model: FunctionalViT) -> Callable:
+    """Pre-logits features (for few-shot evaluation)."""
+
+    def fn(params, images):
+        return model.apply(params, images)[1]["pre_logits"].astype(jnp.float32)
+
+    return fn
