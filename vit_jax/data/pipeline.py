@@ -76,13 +76,17 @@ class _Loader:
         self._lock = threading.Lock()
 
     def load(self, record: int, position: int) -> dict[str, np.ndarray]:
+        return self.load_counted(record, position)[0]
+
+    def load_counted(self, record: int, position: int) -> tuple[dict[str, np.ndarray], int]:
+        """(example, number of undecodable records skipped to produce it)."""
         for attempt in range(MAX_SUBSTITUTES + 1):
             index = (int(record) + attempt) % len(self.source)
             try:
                 raw = self.source[index]
                 # A fresh generator per attempt: the substitute's augmentation does not depend on the failure.
                 ex = self.preprocess(dict(raw), indexing.example_rng(self.seed, position))
-                return _finalize(ex, raw, self.num_classes)
+                return _finalize(ex, raw, self.num_classes), attempt
             except DecodeError as e:
                 with self._lock:
                     self.substituted += 1
@@ -151,6 +155,7 @@ class BatchIterator:
         self._workers = concurrent.futures.ThreadPoolExecutor(num_workers or os.cpu_count() or 1, "vit_jax_data")
         self._assembler = concurrent.futures.ThreadPoolExecutor(1, "vit_jax_batch")
         self._queue: collections.deque = collections.deque()
+        self._substituted = 0
         self._reset(start_step)
 
     def _reset(self, step: int) -> None:
@@ -159,18 +164,20 @@ class BatchIterator:
         self._queue.clear()
         self._step = self._submitted = int(step)
 
-    def _assemble(self, futures: list, mask: np.ndarray | None) -> dict[str, jax.Array]:
-        local = _stack([f.result() for f in futures])
+    def _assemble(self, futures: list, mask: np.ndarray | None) -> tuple[dict[str, jax.Array], int]:
+        results = [f.result() for f in futures]
+        local = _stack([ex for ex, _ in results])
         if mask is not None:
             local["_mask"] = mask
-        return {key: jax.make_array_from_process_local_data(
-                    self._field_sharding, value, (self.global_batch_size,) + value.shape[1:])
-                for key, value in local.items()}
+        batch = {key: jax.make_array_from_process_local_data(
+                     self._field_sharding, value, (self.global_batch_size,) + value.shape[1:])
+                 for key, value in local.items()}
+        return batch, sum(subs for _, subs in results)
 
     def _fill(self) -> None:
         while len(self._queue) <= self._prefetch and (self._end is None or self._submitted < self._end):
             records, positions, mask = self.plan.rows(self._submitted, self.lo, self.hi)
-            futures = [self._workers.submit(self.loader.load, r, p) for r, p in zip(records, positions)]
+            futures = [self._workers.submit(self.loader.load_counted, r, p) for r, p in zip(records, positions)]
             self._queue.append(self._assembler.submit(self._assemble, futures, mask))
             self._submitted += 1
 
@@ -181,15 +188,16 @@ class BatchIterator:
         self._fill()
         if not self._queue:
             raise StopIteration
-        batch = self._queue.popleft().result()
+        batch, substituted = self._queue.popleft().result()
+        self._substituted += substituted
         self._step += 1
         self._fill()  # start the next batches before the caller's step runs
         return batch
 
     @property
     def num_substituted(self) -> int:
-        """Undecodable records replaced so far (by this process)."""
-        return self.loader.substituted
+        """Undecodable records replaced in the batches returned so far (rows of this process only)."""
+        return self._substituted
 
     def get_state(self) -> dict:
         """JSON-able state, identical on every process; pass to set_state (or start_step) to resume exactly."""
