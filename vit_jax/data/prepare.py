@@ -1,0 +1,84 @@
+"""`vit-jax prepare-data DATASET`: build a dataset's TFDS files, then verify them.
+
+Examples:
+  vit-jax prepare-data digits
+  vit-jax prepare-data imagenet21k/fall11 --data_dir /data/tfds --manual_dir /data/raw
+  vit-jax prepare-data folder:/data/my_photos
+  vit-jax prepare-data cifar10 --download          # the only way anything is fetched from the network
+
+Interrupted builds resume: finished per-synset / per-class units are kept in <data_dir>/downloads/ and skipped.
+The verification pass reads every record's label and prints per-split counts and class counts (all classes
+when there are at most --show_classes of them, a summary otherwise; full counts go to class_counts.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+from vit_jax.data import datasets
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="vit-jax prepare-data", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("dataset", help="digits | imagenet21k[/fall11|/winter21] | folder:/abs/path | a TFDS name")
+    p.add_argument("--data_dir", default=None, help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
+    p.add_argument("--manual_dir", default=None, help="where manual files are (default: <data_dir>/downloads/manual)")
+    p.add_argument("--download", action="store_true", help="allow TFDS to download the data (network)")
+    p.add_argument("--workers", type=int, default=None, help="image-checking threads (default: all cores)")
+    p.add_argument("--no_verify", action="store_true", help="skip the verification pass")
+    p.add_argument("--show_classes", type=int, default=20, help="print every class count up to this many classes")
+    return p.parse_args(argv)
+
+
+def verify(ds: datasets.Dataset, show_classes: int = 20) -> dict:
+    """Reads every record's label; returns {split: {"examples": n, "class_counts": {...}}} and prints a summary."""
+    from tqdm import tqdm
+
+    summary = {}
+    for split in ds.splits:
+        src = ds.source(split)
+        counts: collections.Counter[int] = collections.Counter()
+        for i in tqdm(range(len(src)), desc=f"verify {split}", unit="ex", leave=False):
+            counts[int(src[i].get("label", -1))] += 1
+        expected = ds.num_examples(split)
+        if sum(counts.values()) != expected:
+            raise RuntimeError(f"{ds.name}/{split}: read {sum(counts.values())} records, dataset_info says {expected}")
+        summary[split] = {"examples": expected, "class_counts": dict(sorted(counts.items()))}
+        names = ds.class_names
+        line = f"{split}: {expected} examples, {len(counts)} of {ds.num_classes} classes present"
+        if ds.num_classes and len(counts) <= show_classes:
+            line += "; " + ", ".join(f"{names[c] if 0 <= c < len(names) else c}={n}" for c, n in sorted(counts.items()))
+        elif counts:
+            values = sorted(counts.values())
+            line += f"; per class min={values[0]} median={values[len(values) // 2]} max={values[-1]}"
+        print(line)
+    out = Path(ds.builder.data_dir) / "class_counts.json"
+    try:
+        out.write_text(json.dumps(summary))
+    except OSError:  # a read-only data dir is fine to verify
+        pass
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prepares (if needed) and verifies one dataset; returns a process exit code."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        ds = datasets.open_dataset(args.dataset, data_dir=args.data_dir, manual_dir=args.manual_dir, prepare=True,
+                                   download=args.download, num_workers=args.workers)
+    except datasets.DataNotFoundError as e:
+        print(f"prepare-data: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(ds.description(), indent=1))
+    if not args.no_verify:
+        verify(ds, args.show_classes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
