@@ -47,6 +47,7 @@ def attention_distance_figure(distance: np.ndarray, title: str, path) -> None:
     ax.scatter(layers, distance.reshape(-1), c=colours, cmap="tab20", s=18, vmin=0, vmax=max(heads - 1, 1))
     ax.set_xlabel("network depth (layer)")
     ax.set_ylabel("mean attention distance (pixels)")
+    ax.set_ylim(bottom=0)  # as in the paper: distances read against the image size, not zoomed in
     ax.set_xticks(np.arange(1, depth + 1, max(1, depth // 12)))
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)
