@@ -141,7 +141,7 @@ class BatchIterator:
 
     def __init__(self, ds: Dataset, split: str, pp: str, global_batch_size: int, sharding, *, train: bool,
                  seed: int, fraction: float, start_step: int, end_step: int | None, num_workers: int | None,
-                 prefetch: int) -> None:
+                 prefetch: int, to_device: bool = True) -> None:
         self.dataset_name, self.split, self.seed, self.fraction = ds.name, split, int(seed), float(fraction)
         self.global_batch_size = int(global_batch_size)
         self.loader = _Loader(ds, split, pp, self.seed)
@@ -151,6 +151,7 @@ class BatchIterator:
         self._field_sharding = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec[:1]))
         self.lo, self.hi = indexing.sharding_rows(sharding, self.global_batch_size)
         self._end = end_step
+        self._to_device = to_device  # False: process-local numpy batches (benchmarks, debugging)
         self._prefetch = max(0, int(prefetch))
         self._workers = concurrent.futures.ThreadPoolExecutor(num_workers or os.cpu_count() or 1, "vit_jax_data")
         self._assembler = concurrent.futures.ThreadPoolExecutor(1, "vit_jax_batch")
@@ -169,6 +170,8 @@ class BatchIterator:
         local = _stack([ex for ex, _ in results])
         if mask is not None:
             local["_mask"] = mask
+        if not self._to_device:
+            return local, sum(subs for _, subs in results)
         batch = {key: jax.make_array_from_process_local_data(
                      self._field_sharding, value, (self.global_batch_size,) + value.shape[1:])
                  for key, value in local.items()}
