@@ -33,6 +33,10 @@ def _main(argv: list[str]) -> None:
     del argv
     from vit_jax.train.config import ConfigError
 
+    from absl import logging
+
+    if not FLAGS["verbosity"].present:  # Orbax and friends log every file operation at INFO
+        logging.set_verbosity(logging.WARNING)
     config = _CONFIG.value
     workdir = _WORKDIR.value
     if config is None or not workdir:
