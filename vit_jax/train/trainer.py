@@ -8,28 +8,20 @@ complete checkpoint in the workdir (auto-resume), or built from a pretrained che
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from vit_jax import __version__
 from vit_jax.checkpoints.training import RunCheckpointer, git_commit, model_meta
-from vit_jax.models.flops import vit_flops
-from vit_jax.models.sharding_hints import activation_sharding
-from vit_jax.models.vit import FunctionalViT
-from vit_jax.parallel import mesh as mesh_lib
 from vit_jax.train import config as config_lib
 from vit_jax.train import hooks as hooks_lib
-from vit_jax.train.metrics import MetricWriter, device_peak_flops, table_lookup, TPU_CORES
-from vit_jax.train.optimizer import make_optimizer, make_schedule
-from vit_jax.train.step import init_state, make_eval_step, make_train_step
+from vit_jax.train.metrics import TPU_CORES, MetricWriter, device_peak_flops, table_lookup
+from vit_jax.train.program import build_program
 
 
 class NonFiniteError(RuntimeError):
@@ -71,46 +63,11 @@ class Trainer:
         self.dur = config_lib.resolve_durations(self.config, self.train_examples)
 
     def _setup_model_and_optimizer(self) -> None:
-        c = self.config
-        self.model_cfg = config_lib.model_config(c, self.ds.num_classes)
-        self.model = FunctionalViT(self.model_cfg)
-        self.mesh = mesh_lib.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
-        dp = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-        if c.batch_size % (dp * c.micro_batches) or c.batch_size % jax.process_count():
-            raise config_lib.ConfigError(
-                f"batch_size {c.batch_size} must divide evenly over {dp} data-parallel devices x "
-                f"{c.micro_batches} micro-batches and {jax.process_count()} processes")
-        self.schedule = make_schedule(c.optimizer, self.dur.total_steps, self.dur.warmup_steps)
-        self.tx = make_optimizer(c.optimizer, self.schedule, self.model.shapes)
-        self.flops_per_image = vit_flops(self.model_cfg).train
-
-        m = self.mesh
-        self.param_sh = mesh_lib.tree_shardings(self.model.logical_axes, self.model.shapes, m)
-        abstract = jax.eval_shape(lambda p: init_state(p, self.tx, jax.random.key_data(jax.random.key(0))),
-                                  self.model.shapes)
-        rep = mesh_lib.replicated(m)
-        self.state_sh = {k: rep for k in abstract}
-        self.state_sh["params"] = self.param_sh
-        self.state_sh["opt_state"] = mesh_lib.shardings_like_params(abstract["opt_state"], self.param_sh,
-                                                                     self.model.shapes, m)
-        self.abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                                           abstract, self.state_sh)
-        self.batch_sh = mesh_lib.batch_sharding(m)
-        resolver = mesh_lib.activation_resolver(m)
-
-        def with_hints(fn):
-            def wrapped(*args):
-                with activation_sharding(resolver):  # active while jit traces
-                    return fn(*args)
-            return wrapped
-
-        step_fn = make_train_step(self.model, self.tx, self.schedule, loss_kind=c.loss.kind,
-                                  micro_batches=c.micro_batches, label_smoothing=c.loss.label_smoothing,
-                                  mixup_alpha=c.loss.mixup_alpha)
-        self.train_step = jax.jit(with_hints(step_fn), in_shardings=(self.state_sh, self.batch_sh),
-                                  out_shardings=(self.state_sh, rep), donate_argnums=0)
-        self.eval_step = jax.jit(with_hints(make_eval_step(self.model, c.loss.kind)),
-                                 in_shardings=(self.param_sh, self.batch_sh), out_shardings=rep)
+        self.program = p = build_program(self.config, self.ds.num_classes, self.dur)
+        # Short names for what hooks and tests read most.
+        self.model_cfg, self.model, self.mesh = p.model_cfg, p.model, p.mesh
+        self.param_sh, self.batch_sh, self.abstract_state = p.param_sh, p.batch_sh, p.abstract_state
+        self.train_step, self.eval_step, self.flops_per_image = p.train_step, p.eval_step, p.flops_per_image
 
     def _setup_state(self) -> None:
         c = self.config
@@ -135,21 +92,16 @@ class Trainer:
 
     def _initial_state(self) -> dict[str, Any]:
         c = self.config
-        key = jax.random.key(c.seed)
-        params_key, train_key = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
-        make = jax.jit(lambda k, p: init_state(p, self.tx, jax.random.key_data(k)), out_shardings=self.state_sh)
         if not c.init.checkpoint:
-            init_params = jax.jit(self.model.init, out_shardings=self.param_sh)(params_key)
-            return make(train_key, init_params)
+            return self.program.init_state(c.seed)
         from vit_jax.checkpoints.loading import load_any
         from vit_jax.checkpoints.surgery import adapt_params
 
         src_cfg, src_params = load_any(c.init.checkpoint)
-        fresh = jax.device_get(jax.jit(self.model.init)(params_key))
-        params, notes = adapt_params(src_params, src_cfg, fresh, self.model_cfg, reinit=tuple(c.init.reinit),
-                                     posemb_method=c.init.posemb_resize)
+        params, notes = adapt_params(src_params, src_cfg, self.program.init_params_host(c.seed), self.model_cfg,
+                                     reinit=tuple(c.init.reinit), posemb_method=c.init.posemb_resize)
         log(f"initialised from {c.init.checkpoint} ({src_cfg.name})" + "".join(f"\n  {n}" for n in notes))
-        return make(train_key, jax.device_put(params, self.param_sh))
+        return self.program.init_state(c.seed, jax.device_put(params, self.param_sh))
 
     # -----------------------------------------------------------------------------------------------------------------
     def metadata(self) -> dict[str, Any]:
@@ -254,7 +206,7 @@ class Trainer:
                 f"{expected}; make the preprocessing resize/crop to model.image_size")
         t = time.time()
         spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=self.batch_sh) for k, v in batch.items()}
-        compiled = self.train_step.lower(self.abstract_state, spec).compile()
+        compiled = self.program.compile_train_step(spec)
         self.compile_time_s = time.time() - t
         log(f"compiled the train step in {self.compile_time_s:.1f}s")
         return compiled

@@ -1,0 +1,109 @@
+"""The compiled side of training: model, mesh, optimizer, shardings and the jitted steps, built from a config.
+
+The trainer, the benchmarks (`vit-jax bench train`) and the memory planner (`vit-jax plan`) all use this one
+construction, so what is benchmarked and planned is exactly what trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from jax.sharding import Mesh, NamedSharding
+
+from vit_jax.models.config import ViTConfig
+from vit_jax.models.flops import vit_flops
+from vit_jax.models.sharding_hints import activation_sharding
+from vit_jax.models.vit import FunctionalViT
+from vit_jax.parallel import mesh as mesh_lib
+from vit_jax.train import config as config_lib
+from vit_jax.train.optimizer import make_optimizer, make_schedule
+from vit_jax.train.step import init_state, make_eval_step, make_train_step
+
+
+@dataclasses.dataclass
+class TrainProgram:
+    config: ml_collections.ConfigDict
+    model_cfg: ViTConfig
+    model: FunctionalViT
+    mesh: Mesh
+    schedule: optax.Schedule
+    tx: optax.GradientTransformation
+    param_sh: Any
+    state_sh: Any
+    batch_sh: NamedSharding
+    abstract_state: Any  # ShapeDtypeStructs carrying their target shardings
+    train_step: Callable  # jitted (state, batch) -> (state, metrics); the state argument is donated
+    eval_step: Callable  # jitted (params, batch) -> sums
+    flops_per_image: float  # analytic training FLOPs per image
+
+    def init_state(self, seed: int, params: Any | None = None) -> dict[str, Any]:
+        """Fresh state straight into its shardings (no host copy); or around given (already sharded) params."""
+        key = jax.random.key(seed)
+        params_key, train_key = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
+        make = jax.jit(lambda k, p: init_state(p, self.tx, jax.random.key_data(k)), out_shardings=self.state_sh)
+        if params is None:
+            params = jax.jit(self.model.init, out_shardings=self.param_sh)(params_key)
+        return make(train_key, params)
+
+    def init_params_host(self, seed: int) -> Any:
+        """The fresh parameters on the host (fine-tuning surgery merges pretrained weights into them)."""
+        return jax.device_get(jax.jit(self.model.init)(jax.random.fold_in(jax.random.key(seed), 0)))
+
+    def batch_spec(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+        """Abstract global training batch (for ahead-of-time compilation without data)."""
+        h, w = self.model_cfg.image_size
+        n = self.model_cfg.num_classes
+        sh = self.batch_sh
+        return {"image": jax.ShapeDtypeStruct((global_batch_size, h, w, 3), jnp.float32, sharding=sh),
+                "labels": jax.ShapeDtypeStruct((global_batch_size, n), jnp.float32, sharding=sh),
+                "label": jax.ShapeDtypeStruct((global_batch_size,), jnp.int32, sharding=sh)}
+
+    def compile_train_step(self, batch_spec: dict[str, jax.ShapeDtypeStruct]):
+        return self.train_step.lower(self.abstract_state, batch_spec).compile()
+
+
+def build_program(config: ml_collections.ConfigDict, num_classes: int, durations: config_lib.Durations,
+                  devices: Sequence[Any] | None = None) -> TrainProgram:
+    c = config
+    model_cfg = config_lib.model_config(c, num_classes)
+    model = FunctionalViT(model_cfg)
+    mesh = mesh_lib.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor, devices=devices)
+    dp = mesh.shape["data"] * mesh.shape["fsdp"]
+    if c.batch_size % (dp * c.micro_batches) or c.batch_size % jax.process_count():
+        raise config_lib.ConfigError(
+            f"batch_size {c.batch_size} must divide evenly over {dp} data-parallel devices x {c.micro_batches} "
+            f"micro-batches and {jax.process_count()} processes")
+    schedule = make_schedule(c.optimizer, durations.total_steps, durations.warmup_steps)
+    tx = make_optimizer(c.optimizer, schedule, model.shapes)
+
+    param_sh = mesh_lib.tree_shardings(model.logical_axes, model.shapes, mesh)
+    abstract = jax.eval_shape(lambda p: init_state(p, tx, jax.random.key_data(jax.random.key(0))), model.shapes)
+    rep = mesh_lib.replicated(mesh)
+    state_sh = {k: rep for k in abstract}
+    state_sh["params"] = param_sh
+    state_sh["opt_state"] = mesh_lib.shardings_like_params(abstract["opt_state"], param_sh, model.shapes, mesh)
+    abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, state_sh)
+    batch_sh = mesh_lib.batch_sharding(mesh)
+    resolver = mesh_lib.activation_resolver(mesh)
+
+    def with_hints(fn):
+        def wrapped(*args):
+            with activation_sharding(resolver):  # active while jit traces the step
+                return fn(*args)
+
+        return wrapped
+
+    step_fn = make_train_step(model, tx, schedule, loss_kind=c.loss.kind, micro_batches=c.micro_batches,
+                              label_smoothing=c.loss.label_smoothing, mixup_alpha=c.loss.mixup_alpha)
+    train_step = jax.jit(with_hints(step_fn), in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, rep),
+                         donate_argnums=0)
+    eval_step = jax.jit(with_hints(make_eval_step(model, c.loss.kind)), in_shardings=(param_sh, batch_sh),
+                        out_shardings=rep)
+    return TrainProgram(config=c, model_cfg=model_cfg, model=model, mesh=mesh, schedule=schedule, tx=tx,
+                        param_sh=param_sh, state_sh=state_sh, batch_sh=batch_sh, abstract_state=abstract_state,
+                        train_step=train_step, eval_step=eval_step, flops_per_image=vit_flops(model_cfg).train)
