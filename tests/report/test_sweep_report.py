@@ -137,3 +137,27 @@ def test_device_time_column_is_tpu_core_days_when_every_run_reports_them(sweep_r
     assert cli.main(["report", str(sweep_root)]) == 0
     rows = read_csv(sweep_root / "report" / "results.csv")
     assert next(r for r in rows if r["run"] == "best")["TPUv3-core-days"] == "30"
+
+
+def test_trainer_metric_spelling_eval_lines_without_progress(tmp_path):
+    """The trainer logs progress as progress/* and compute/* on train lines only; eval lines carry just the step.
+    Curves interpolate progress by step; counts are not accuracies."""
+    from vit_jax.sweep.runs import read_run
+
+    run = tmp_path / "r"
+    run.mkdir()
+    lines = [{"step": 30, "eval/top1": 0.3, "eval/count": 360.0},
+             {"step": 50, "train/loss": 1.0, "progress/examples_seen": 6400.0, "progress/epoch": 4.0,
+              "compute/exaflops": 2e-8},
+             {"step": 60, "eval/top1": 0.5, "eval/count": 360.0}]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    state = read_run(run)
+    assert state.curve("eval/top1", "examples_seen") == [(3840.0, 0.3), (7680.0, 0.5)]
+    assert state.curve("eval/top1", "epoch") == [(2.4, 0.3), (pytest.approx(4.8), 0.5)]
+    assert state.exaflops == 2e-8 and state.steps == 60
+    (run / "summary.json").write_text(json.dumps({
+        "status": "finished", "steps": 60, "epochs": 4.8, "examples_seen": 7680, "model": {"name": "ViT-x"},
+        "compute": {"exaflops": 2.4e-8}, "final": {"eval/top1": 0.5, "eval/prec1": 0.5, "eval/count": 360.0}}))
+    assert cli.main(["report", str(tmp_path), "--progress", "epochs"]) == 0
+    header = read_csv(tmp_path / "report" / "results.csv")[0]
+    assert "eval/prec1 [%]" in header and "eval/count [%]" not in header

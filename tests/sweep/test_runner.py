@@ -100,7 +100,8 @@ def test_tpu_launcher_dry_run_uses_launch_script_contract(sweep_file, tmp_path, 
     assert first[1].endswith("launch/tpu_vm.py")
     assert first[2:6] == ["--name=model.width=16,total_steps=10",
                           "--workdir=gs://bucket/sweeps/s1/model.width=16,total_steps=10", "--tpu=pod-1", "--"]
-    assert first[6].startswith("--config=") and first[7] == "--workdir=gs://bucket/sweeps/s1/model.width=16,total_steps=10"
+    assert first[6].startswith("--config=")
+    assert first[7] == "--workdir=gs://bucket/sweeps/s1/model.width=16,total_steps=10"
 
 
 def test_missing_launch_script_is_a_clear_error(tmp_path):

@@ -8,9 +8,10 @@ import dataclasses
 import importlib.resources
 import io
 import math
+import re
 from typing import Any, Sequence
 
-from vit_jax.sweep.runs import RunState
+from vit_jax.sweep.runs import RunState, is_accuracy
 
 
 def pareto_frontier(costs: Sequence[float], values: Sequence[float]) -> list[bool]:
@@ -22,8 +23,8 @@ def pareto_frontier(costs: Sequence[float], values: Sequence[float]) -> list[boo
     assert len(values) == n
     on = []
     for i in range(n):
-        dominated = any(costs[j] <= costs[i] and values[j] >= values[i] and (costs[j] < costs[i] or values[j] > values[i])
-                        for j in range(n) if j != i)
+        dominated = any(costs[j] <= costs[i] and values[j] >= values[i]
+                        and (costs[j] < costs[i] or values[j] > values[i]) for j in range(n) if j != i)
         on.append(not dominated)
     return on
 
@@ -57,7 +58,8 @@ def family_of(model: str) -> str:
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
 
 
 def device_time_unit(states: list[RunState]) -> tuple[str, str]:
@@ -69,14 +71,19 @@ def device_time_unit(states: list[RunState]) -> tuple[str, str]:
     return "device_days", f"device-days ({', '.join(kinds)})" if kinds else "device-days"
 
 
+def _natural(key: str) -> list:
+    """Sort key that puts fewshot/x/5shot before fewshot/x/10shot."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key)]
+
+
 def accuracy_keys(states: list[RunState], metric: str) -> list[str]:
     """The selected metric first, then every other accuracy reported by any run (eval/*, then fewshot/*)."""
     keys: set[str] = set()
     for s in states:
         for k, v in ((s.summary or {}).get("final") or {}).items():
-            if _num(v) is not None and not k.endswith("loss"):
+            if _num(v) is not None and is_accuracy(k):
                 keys.add(k)
-    rest = sorted(keys - {metric}, key=lambda k: (not k.startswith("eval/"), k))
+    rest = sorted(keys - {metric}, key=lambda k: (not k.startswith("eval/"), _natural(k)))
     return [metric, *rest]
 
 

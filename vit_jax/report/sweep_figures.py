@@ -12,8 +12,8 @@ STYLE = {  # family -> (marker, colour)
     "Hybrid": ("s", "tab:orange"),
     "ResNet": ("^", "tab:green"),
 }
-PROGRESS_KEYS = {"examples": ("examples_seen", "examples seen"), "epochs": ("epoch", "epochs"),
-                 "steps": ("step", "steps"), "exaflops": ("exaflops", "training compute [exaFLOPs]")}
+PROGRESS = {"examples": ("examples_seen", "examples seen"), "epochs": ("epoch", "epochs"),
+            "steps": ("step", "steps"), "exaflops": ("exaflops", "training compute [exaFLOPs]")}
 
 
 def _style(family: str) -> tuple[str, str]:
@@ -21,7 +21,7 @@ def _style(family: str) -> tuple[str, str]:
 
 
 def _short(row: Row) -> str:
-    epochs = f" {row.epochs:g}ep" if row.epochs is not None else ""
+    epochs = f" {row.epochs:.3g}ep" if row.epochs is not None else ""
     return f"{row.model}{epochs}"
 
 
@@ -76,13 +76,12 @@ def pareto_figure(rows: list[Row], metric: str, device_label: str, path, paper: 
 
 def curves_figure(states: list[RunState], metric: str, progress: str, path) -> None:
     """curves.png: `metric` against training progress for every run that logged it."""
-    key, label = PROGRESS_KEYS[progress]
+    key, label = PROGRESS[progress]
     fig = new_figure(9, 5)
     ax = fig.subplots()
     drawn = 0
     for s in states:
-        pts = sorted((m[key], m[metric]) for m in s.metrics
-                     if isinstance(m.get(key), (int, float)) and isinstance(m.get(metric), (int, float)))
+        pts = sorted(s.curve(metric, key))
         if not pts:
             continue
         style = "-" if s.finished else "--"  # dashed: the run has not finished

@@ -27,7 +27,7 @@ def table(rows: list[Row], acc_keys: list[str], device_label: str,
     cells = []
     for r in rows:
         cells.append([
-            "*" if r.pareto else "", r.source, r.model, _fmt(r.epochs, "g"), _fmt(r.steps, "d"),
+            "*" if r.pareto else "", r.source, r.model, _fmt(r.epochs, ".3g"), _fmt(r.steps, "d"),
             _fmt(r.params, "d" if plain else ",d") if isinstance(r.params, int) else "", _fmt(r.exaflops, ".4g"),
             _fmt(r.device_days, ".4g"), _fmt(r.img_per_sec, ".1f"), _fmt(r.mfu, ".3f"),
             *[_fmt(r.accuracy.get(k), ".2f") for k in acc_keys], r.run,
@@ -68,7 +68,8 @@ def _html(title: str, intro: list[str], header: list[str], cells: list[list[str]
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}} td:nth-child(2),td:nth-child(3),td:last-child{{text-align:left}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}
+td:nth-child(2),td:nth-child(3),td:last-child{{text-align:left}}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
 {''.join(f'<p>{html.escape(p)}</p>' for p in intro)}

@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="extra flag for the launch/ script (repeatable), e.g. --launcher-arg=--tpu=my-pod")
     run.add_argument("--trainer", default=None,
                      help=f"command that trains (default: ${TRAINER_ENV}, else `python -m vit_jax.main`)")
-    run.add_argument("--only", action="append", default=None, metavar="GLOB", help="run only runs matching (repeatable)")
+    run.add_argument("--only", action="append", default=None, metavar="GLOB",
+                     help="run only the runs whose names match (repeatable)")
     run.add_argument("--dry-run", action="store_true", help="print every run's command and status; launch nothing")
     run.add_argument("--metric", default="eval/top1", help="accuracy shown in the progress lines and the table")
 

@@ -9,13 +9,36 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 ATTEMPTS = "sweep_attempts.jsonl"  # one line per launch by `vit-jax sweep run`: command, exit code, seconds
 MANIFEST = "sweep.json"  # in the sweep root: the expanded runs, so reports know which runs are missing
+
+# Training progress in metrics.jsonl: the contract's plain keys, and the namespaced ones the trainer also writes.
+PROGRESS_KEYS = {
+    "step": ("step",),
+    "examples_seen": ("examples_seen", "progress/examples_seen"),
+    "epoch": ("epoch", "progress/epoch"),
+    "exaflops": ("exaflops", "compute/exaflops"),
+}
+SUMMARY_PROGRESS = {"step": ("steps",), "examples_seen": ("examples_seen",), "epoch": ("epochs",),
+                    "exaflops": ("compute", "exaflops")}
+_ACCURACY = re.compile(r"(^fewshot/|(top\d+|prec\d+|acc|accuracy)$)")
+
+
+def is_accuracy(key: str) -> bool:
+    """Accuracy-like metric names (fractions): eval/top1, eval/prec1, fewshot/..., not losses or counts."""
+    return bool(_ACCURACY.search(key))
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def as_path(path: str | Path):
@@ -52,19 +75,52 @@ class RunState:
 
     @property
     def exaflops(self) -> float | None:
-        value = _get(self.summary, "compute", "exaflops")
+        value = _number(_get(self.summary, "compute", "exaflops"))
         if value is None:  # unfinished run: the compute spent so far
-            values = [m["exaflops"] for m in self.metrics if isinstance(m.get("exaflops"), (int, float))]
+            values = [x for _, x in self.progress("exaflops")]
             value = max(values) if values else None
-        return None if value is None else float(value)
+        return value
+
+    def progress(self, key: str) -> list[tuple[float, float]]:
+        """(step, value) pairs of a progress measure (a PROGRESS_KEYS name) from metrics.jsonl and the summary."""
+        pairs = {}
+        for m in self.metrics:
+            step = _number(m.get("step"))
+            value = next((_number(m.get(k)) for k in PROGRESS_KEYS[key] if _number(m.get(k)) is not None), None)
+            if step is not None and value is not None:
+                pairs[step] = value
+        step, value = _number(_get(self.summary, "steps")), _number(_get(self.summary, *SUMMARY_PROGRESS[key]))
+        if step is not None and value is not None:
+            pairs[step] = value
+        return sorted(pairs.items())
+
+    def curve(self, metric: str, progress: str = "examples_seen") -> list[tuple[float, float]]:
+        """(progress, metric) at every logged value of `metric`.
+
+        Eval lines need not carry the progress keys: progress is linear in the step (fixed batch size), so it is
+        interpolated from the lines and summary that do (with step 0 at 0).
+        """
+        points = [(float(m["step"]), float(m[metric])) for m in self.metrics
+                  if _number(m.get("step")) is not None and _number(m.get(metric)) is not None]
+        if not points:
+            return []
+        if progress == "step":
+            return points
+        known = [(0.0, 0.0), *self.progress(progress)]
+        if len(known) < 2:
+            return []
+        xs, ys = zip(*sorted(dict(known).items()))
+        # Beyond the last known step, extrapolate with the overall rate rather than clamping.
+        rate = ys[-1] / xs[-1] if xs[-1] else 0.0
+        return [(float(np.interp(s, xs, ys)) if s <= xs[-1] else s * rate, v) for s, v in points]
 
     def metric(self, key: str) -> float | None:
         """The run's final value of `key` (summary), else its latest logged value (metrics.jsonl)."""
-        value = _get(self.summary, "final", key)
+        value = _number(_get(self.summary, "final", key))
         if value is None:
-            logged = [m[key] for m in self.metrics if isinstance(m.get(key), (int, float))]
+            logged = [_number(m.get(key)) for m in self.metrics if _number(m.get(key)) is not None]
             value = logged[-1] if logged else None
-        return None if value is None else float(value)
+        return value
 
 
 def _get(tree: dict | None, *keys: str) -> Any:

@@ -141,7 +141,8 @@ def _choices(axis: str, values: Any) -> list[tuple[dict[str, Any], tuple[str, st
             out.append((flatten(_as_dict(group)), (axis, f"{axis}={label}")))
         return out
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise ValueError(f"grid axis {axis!r} must be a list of values (or a {{label: overrides}} dict), got {values!r}")
+        raise ValueError(f"grid axis {axis!r} must be a list of values (or a {{label: overrides}} dict), "
+                         f"got {values!r}")
     return [({axis: v}, (axis, f"{axis}={name_value(v)}")) for v in values]
 
 
