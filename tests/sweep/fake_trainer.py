@@ -2,13 +2,27 @@
 
 Every invocation appends its argv to ROOT/invocations.jsonl (ROOT = the workdir's parent), so tests can count
 launches and compare commands. With FAKE_TRAINER_INTERRUPT=NAME the run NAME stops half-way (status "running",
-exit code 1), as if killed; FAKE_TRAINER_PRINT makes it print a line that must end up in log.txt.
+exit code 1), as if killed. With FAKE_TRAINER_AWAIT_SIGINT=1 it writes `ready`, waits for SIGINT, then takes a
+second (a checkpoint save) before writing `saved` and exiting with 130, as the real trainer does on Ctrl-C.
 """
 
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
+
+
+def await_sigint(workdir: Path) -> int:
+    interrupted = []
+    signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    (workdir / "ready").write_text("")
+    while not interrupted:
+        signal.pause()
+    time.sleep(1.0)  # longer than the 0.25 s subprocess.run would grant before killing
+    (workdir / "saved").write_text("")
+    return 130
 
 
 def main(argv: list[str]) -> int:
@@ -16,8 +30,10 @@ def main(argv: list[str]) -> int:
     overrides = dict(a[len("--config."):].split("=", 1) for a in argv if a.startswith("--config."))
     with open(workdir.parent / "invocations.jsonl", "a") as f:
         f.write(json.dumps({"run": workdir.name, "argv": argv}) + "\n")
-    print(f"fake trainer training {workdir.name}")
+    print(f"fake trainer training {workdir.name}", flush=True)
     workdir.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("FAKE_TRAINER_AWAIT_SIGINT"):
+        return await_sigint(workdir)
     steps = int(overrides.get("total_steps", 10))
     width = int(overrides.get("model.width", 32))
     exaflops = steps * width * 1e-9

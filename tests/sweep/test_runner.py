@@ -127,3 +127,29 @@ def test_status_reports_pending_and_corrupt_runs(sweep_file, tmp_path, capsys):
     assert cli.main(["status", str(sweep_file), "--root", str(root)]) == 1
     table = capsys.readouterr().out
     assert "corrupt" in table and table.count("pending") == 3
+
+
+def test_ctrl_c_lets_the_trainer_save_before_the_sweep_stops(sweep_file, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    root = tmp_path / "root"
+    env = {**os.environ, "VIT_JAX_SWEEP_TRAINER": shlex.join([sys.executable, str(FAKE)]),
+           "FAKE_TRAINER_AWAIT_SIGINT": "1"}
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "vit_jax.sweep.cli", "run", str(sweep_file), "--root", str(root)],
+                            cwd=repo, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    ready = root / "model.width=16,total_steps=10" / "ready"
+    deadline = time.monotonic() + 60
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "run the same command again to resume" in err
+    assert (ready.parent / "saved").exists()  # the trainer was not killed while saving
+    assert len(invocations(root)) == 1  # the sweep stopped instead of starting the next run

@@ -80,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"vit-jax sweep {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # The running trainer got the same SIGINT and checkpoints on the way out.
+        print(f"\nvit-jax sweep {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -47,6 +47,20 @@ def trainer_command(trainer: str | None = None) -> list[str]:
     return shlex.split(trainer) if trainer else [sys.executable, "-m", "vit_jax.main"]
 
 
+def _wait(proc: subprocess.Popen) -> int:
+    """Waits for the trainer. On Ctrl-C it got the same SIGINT (same process group) and saves a checkpoint before
+    exiting, so wait for that (subprocess.run would kill it after 0.25 s); a second Ctrl-C kills it."""
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        try:
+            proc.wait()
+        except KeyboardInterrupt:
+            proc.kill()
+            proc.wait()
+        raise
+
+
 class LocalLauncher:
     """Runs the trainer as a subprocess of this process, one run at a time."""
 
@@ -64,7 +78,8 @@ class LocalLauncher:
         with open(log_dir / "log.txt", "ab") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(cmd)}\n".encode())
             log.flush()
-            return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            return _wait(proc)
 
 
 class ScriptLauncher:
@@ -85,7 +100,7 @@ class ScriptLauncher:
         if not self.script.is_file():
             raise FileNotFoundError(f"{self.script} is missing: --launcher={self.kind} needs the launch/ scripts of "
                                     "the repository checkout (see docs/sweeps.md), or use --launcher=local")
-        return subprocess.run(self.command(trainer_args, workdir), stdin=subprocess.DEVNULL).returncode
+        return _wait(subprocess.Popen(self.command(trainer_args, workdir), stdin=subprocess.DEVNULL))
 
 
 def make_launcher(kind: str, *, trainer: str | None = None, extra_args: Sequence[str] = ()) -> Launcher:
