@@ -21,3 +21,13 @@ GOLDEN_CASES = ("tiny_token", "tiny_gap_rep", "tiny_hybrid")
 @pytest.fixture(scope="session")
 def golden_dir() -> Path:
     return GOLDEN
+
+
+@pytest.fixture(scope="session")
+def digits_data_dir(tmp_path_factory) -> str:
+    """A TFDS data_dir with the embedded digits dataset built once for the whole session."""
+    from vit_jax.data import pipeline
+
+    path = str(tmp_path_factory.mktemp("tfds_digits"))
+    pipeline.open_dataset("digits", data_dir=path, prepare=True)
+    return path

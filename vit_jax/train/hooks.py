@@ -19,10 +19,11 @@ from vit_jax.train.metrics import format_duration, read_jsonl
 
 
 class StepTimer:
-    """Host time spent waiting for data vs. in the step, between two logs."""
+    """Host time spent waiting for data, and in hooks (eval, checkpoints: excluded from throughput), between logs."""
 
     def __init__(self):
         self.data_s = 0.0
+        self.hooks_s = 0.0
 
     @contextlib.contextmanager
     def data(self):
@@ -31,12 +32,15 @@ class StepTimer:
         self.data_s += time.perf_counter() - t
 
     @contextlib.contextmanager
-    def step(self):
+    def hook(self):
+        t = time.perf_counter()
         yield
+        self.hooks_s += time.perf_counter() - t
 
-    def reset(self) -> float:
-        d, self.data_s = self.data_s, 0.0
-        return d
+    def reset(self) -> tuple[float, float]:
+        out = (self.data_s, self.hooks_s)
+        self.data_s = self.hooks_s = 0.0
+        return out
 
 
 class Hook(abc.ABC):
@@ -48,7 +52,8 @@ class Hook(abc.ABC):
 
     def maybe_run(self, step: int, metrics: dict, it, timer: StepTimer) -> None:
         if self.every and step % self.every == 0 and step < self.total:
-            self.run(step, it)
+            with timer.hook():
+                self.run(step, it)
 
     @abc.abstractmethod
     def run(self, step: int, it) -> None:
@@ -71,13 +76,12 @@ class LogHook(Hook):
         self.step_last = trainer.start_step
 
     def maybe_run(self, step, metrics, it, timer):
-        if self.t_last is None:  # the first step includes compilation: start the clock after it
+        self.pending.append(metrics)
+        self.timer = timer
+        if self.t_last is None:  # the first step includes compilation: start the throughput clock after it
             jax.block_until_ready(metrics)
             self.t_last, self.step_last = time.perf_counter(), step
             timer.reset()
-            return
-        self.pending.append(metrics)
-        self.timer = timer
         if (self.every and step % self.every == 0) or step == self.total:
             self.run(step, it)
 
@@ -87,41 +91,43 @@ class LogHook(Hook):
         t = self.trainer
         fetched = jax.device_get(self.pending)
         self.pending = []
-        now = time.perf_counter()
-        wall = now - self.t_last
-        steps = step - self.step_last
-        t.progress["train_time_s"] += wall
-        self.t_last, self.step_last = now, step
-        data_s = self.timer.reset()
-        b = t.config.batch_size
-        img_s = steps * b / wall if wall > 0 else float("nan")
-        hw = t.hardware
-        n_dev = hw["num_devices"]
-        examples = step * b
-        device_hours = t.progress["train_time_s"] * n_dev / 3600
         scalars = {
             "train/loss": float(np.mean([m["loss"] for m in fetched])),
             "train/lr": float(fetched[-1]["lr"]),
             "train/grad_norm": float(np.mean([m["grad_norm"] for m in fetched])),
             "train/param_norm": float(fetched[-1]["param_norm"]),
             "train/skipped_steps": int(fetched[-1]["skipped"]),
-            "perf/img_per_sec": img_s,
-            "perf/step_time_s": wall / steps,
-            "perf/data_wait_fraction": data_s / wall if wall > 0 else 0.0,
-            "perf/mfu": img_s * t.flops_per_image / (hw["peak_flops_per_device"] * n_dev),
-            "compute/exaflops": examples * t.flops_per_image / 1e18,
-            "compute/device_hours": device_hours,
-            "progress/examples_seen": examples,
-            "progress/epoch": examples / t.train_examples,
         }
-        if hw["tpu_cores_per_device"]:
-            scalars["compute/tpu_core_days"] = device_hours * hw["tpu_cores_per_device"] / 24
-        t.last_perf = scalars
+        b = t.config.batch_size
+        examples = step * b
+        scalars["progress/examples_seen"] = examples
+        scalars["progress/epoch"] = examples / t.train_examples
+        scalars["compute/exaflops"] = examples * t.flops_per_image / 1e18
+        now = time.perf_counter()
+        wall, steps = now - self.t_last, step - self.step_last
+        line = f"step {step}/{self.total} ({100 * step / self.total:.0f}%)"
+        if steps > 0 and wall > 0:  # throughput needs a timed interval (not the compile step alone)
+            t.progress["train_time_s"] += wall
+            self.t_last, self.step_last = now, step
+            data_s, hooks_s = self.timer.reset()
+            wall = max(wall - hooks_s, 1e-9)  # evaluation and checkpoint time are not training throughput
+            hw = t.hardware
+            img_s = steps * b / wall
+            device_hours = t.progress["train_time_s"] * hw["num_devices"] / 3600
+            scalars.update({
+                "perf/img_per_sec": img_s,
+                "perf/step_time_s": wall / steps,
+                "perf/data_wait_fraction": data_s / wall,
+                "perf/mfu": img_s * t.flops_per_image / (hw["peak_flops_per_device"] * hw["num_devices"]),
+                "compute/device_hours": device_hours,
+            })
+            if hw["tpu_cores_per_device"]:
+                scalars["compute/tpu_core_days"] = device_hours * hw["tpu_cores_per_device"] / 24
+            t.last_perf = scalars
+            line += (f" | ETA {format_duration((self.total - step) * wall / steps)} | {img_s:,.0f} img/s | "
+                     f"MFU {100 * scalars['perf/mfu']:.1f}%")
         self.writer.write(step, scalars)
-        eta = (self.total - step) * wall / steps
-        _print(f"step {step}/{self.total} ({100 * step / self.total:.0f}%) | ETA {format_duration(eta)} | "
-               f"{img_s:,.0f} img/s | MFU {100 * scalars['perf/mfu']:.1f}% | loss {scalars['train/loss']:.4f} | "
-               f"lr {scalars['train/lr']:.2e}")
+        _print(f"{line} | loss {scalars['train/loss']:.4f} | lr {scalars['train/lr']:.2e}")
 
     def finish(self, step, it):
         self.run(step, it)

@@ -68,8 +68,7 @@ class MetricWriter:
     def write(self, step: int, scalars: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        clean = {k: float(v) for k, v in scalars.items() if v is not None and np.isscalar(v) or
-                 (hasattr(v, "shape") and np.shape(v) == ())}
+        clean = {k: float(v) for k, v in scalars.items() if v is not None and np.ndim(v) == 0}
         self._tb.write_scalars(step, clean)
         self._jsonl.write(json.dumps({"step": int(step), **{k: _json_float(v) for k, v in clean.items()}}) + "\n")
         self._jsonl.flush()

@@ -67,7 +67,7 @@ def make_train_step(model: FunctionalViT, tx: optax.GradientTransformation, sche
             zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
             (loss, grads), _ = jax.lax.scan(body, zeros, (jnp.arange(micro_batches), split(images), split(labels)))
             loss, grads = jax.tree.map(lambda x: x / micro_batches, (loss, grads))
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, new_opt_state = tx.update(grads, state["opt_state"], params)
         new_params = optax.apply_updates(params, updates)
@@ -88,7 +88,7 @@ def make_train_step(model: FunctionalViT, tx: optax.GradientTransformation, sche
         metrics = {
             "loss": loss,
             "grad_norm": grad_norm,
-            "param_norm": optax.global_norm(new_params),
+            "param_norm": optax.tree.norm(new_params),
             # Skipped steps do not advance optax's counters, so the schedule position is step - skipped.
             "lr": schedule(state["step"] - state["skipped"]),
             "finite": finite,

@@ -175,8 +175,7 @@ class Trainer:
                     batch = next(it)
                 if compiled is None:
                     compiled = self._compile(batch)
-                with timer.step():
-                    self.state, metrics = compiled(self.state, batch)
+                self.state, metrics = compiled(self.state, batch)
                 step += 1
                 if pending is not None:
                     self._check_finite(pending, step - 1, it)

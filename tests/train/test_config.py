@@ -1,0 +1,89 @@
+"""Config validation (unknown keys with the closest valid key, types) and durations resolved to steps."""
+
+import pytest
+
+from vit_jax.main import check_override_keys
+from vit_jax.train.config import ConfigError, default_config, model_config, resolve_durations, validate
+
+
+def _valid():
+    c = default_config()
+    c.total_steps = 100
+    return c
+
+
+def test_default_config_with_a_length_is_valid():
+    validate(_valid())
+
+
+def test_unknown_key_names_the_closest_valid_key():
+    c = _valid()
+    c.optimizer.lr_rate = 0.1  # a typo that ConfigDict would otherwise keep silently
+    with pytest.raises(ConfigError, match=r"unknown config key 'optimizer.lr_rate'; did you mean 'optimizer.lr'\?"):
+        validate(c)
+    c = _valid()
+    c.optimzer = {"lr": 0.1}
+    with pytest.raises(ConfigError, match="did you mean 'optimizer"):
+        validate(c)
+
+
+def test_override_flags_are_checked_before_parsing():
+    check_override_keys(["--config.optimizer.lr=0.1", "--config.model.variant=B/16", "--workdir=x"])
+    with pytest.raises(ConfigError, match="did you mean 'batch_size'"):
+        check_override_keys(["--config.batchsize=3"])
+    with pytest.raises(ConfigError, match="did you mean 'model.dropout'"):
+        check_override_keys(["--config.model.dropuot=0.1"])
+
+
+def test_wrong_types_and_choices():
+    c = _valid()
+    with pytest.raises(TypeError):  # ConfigDict itself refuses a type change on assignment
+        c.batch_size = "large"
+    c = _valid()
+    c.optimizer.name = "adamm"
+    with pytest.raises(ConfigError, match="choose one of adamw, sgd, adafactor"):
+        validate(c)
+
+
+def test_exactly_one_training_length_and_warmup():
+    c = default_config()
+    with pytest.raises(ConfigError, match="exactly one of total_steps, total_epochs, total_examples"):
+        validate(c)
+    c.total_steps, c.total_epochs = 10, 2.0
+    with pytest.raises(ConfigError, match="exactly one"):
+        validate(c)
+    c = _valid()
+    c.optimizer.warmup_steps, c.optimizer.warmup_epochs = 5, 1.0
+    with pytest.raises(ConfigError, match="only one of"):
+        validate(c)
+    c = _valid()
+    c.batch_size, c.micro_batches = 10, 3
+    with pytest.raises(ConfigError, match="not divisible by micro_batches"):
+        validate(c)
+
+
+def test_durations_resolve_to_steps_in_one_place():
+    c = default_config()
+    c.batch_size = 100
+    c.total_epochs = 2.5
+    c.optimizer.warmup_examples = 250
+    c.eval.every_epochs = 1.0
+    c.checkpoint.every_steps = 7
+    d = resolve_durations(c, train_examples=1000)
+    assert (d.total_steps, d.warmup_steps, d.eval_every, d.checkpoint_every, d.fewshot_every) == (25, 3, 10, 7, 0)
+    assert d.steps_per_epoch == 10
+    c = default_config()
+    c.batch_size, c.total_examples = 64, 1000
+    assert resolve_durations(c, 5000).total_steps == 16  # ceil(1000 / 64)
+
+
+def test_model_config_from_training_config():
+    c = _valid()
+    c.model.variant = "S/16"
+    c.model.image_size = 64
+    c.model.drop_path = 0.1
+    m = model_config(c, num_classes=7)
+    assert (m.width, m.depth, m.num_classes, m.image_size, m.drop_path) == (384, 12, 7, (64, 64), 0.1)
+    c.model.variant = ""
+    c.model.width, c.model.depth, c.model.mlp_dim, c.model.num_heads, c.model.patch_size = 32, 2, 64, 2, 8
+    assert model_config(c, 3).name == "ViT-w32d2m64h2/8"

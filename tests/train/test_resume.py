@@ -1,0 +1,116 @@
+"""Real processes: preemption by SIGTERM and exact resume, kill -9 during an asynchronous save, CLI config errors."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from tests.train.helpers import ROOT, env, run, train_command
+from vit_jax.checkpoints.training import load_params_from_run
+
+STEPS = 24
+
+
+def losses(workdir) -> dict[int, float]:
+    rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
+
+
+def wait_for_step(workdir, step, proc, timeout=300):
+    path = os.path.join(workdir, "metrics.jsonl")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if os.path.exists(path) and max(losses(workdir) or [0]) >= step:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"run did not reach step {step}")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, digits_data_dir):
+    workdir = str(tmp_path_factory.mktemp("full"))
+    out = run(train_command(workdir, digits_data_dir, f"--config.total_steps={STEPS}"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return workdir
+
+
+def test_sigterm_saves_exits_cleanly_and_resume_is_bit_identical(tmp_path, digits_data_dir, uninterrupted):
+    workdir = str(tmp_path)
+    cmd = train_command(workdir, digits_data_dir, f"--config.total_steps={STEPS}")
+    proc = subprocess.Popen(cmd, env=env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for_step(workdir, 9, proc)  # the middle of the first epoch (1437 examples = 45 steps of 32)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output[-3000:]
+    assert "preempted: saved checkpoint at step" in output
+    stopped_at = int(output.split("preempted: saved checkpoint at step ")[1].split(";")[0])
+    assert 9 <= stopped_at < STEPS
+    resumed = run(cmd)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from" in resumed.stdout and f"(step {stopped_at})" in resumed.stdout
+    a, b = losses(uninterrupted), losses(workdir)
+    assert sorted(b) == list(range(1, STEPS + 1))
+    assert all(a[s] == b[s] for s in a), {s: (a[s], b[s]) for s in a if a[s] != b[s]}  # bit-identical losses
+    _, pa = load_params_from_run(uninterrupted)
+    _, pb = load_params_from_run(workdir)
+    jax.tree.map(np.testing.assert_array_equal, pa, pb)  # bit-identical final parameters
+
+
+SLOW_FINALIZE = """
+import asyncio, os, sys, time
+from orbax.checkpoint._src.path import atomicity
+block_step = os.environ["BLOCK_FINALIZE_STEP"]
+original = atomicity.AtomicRenameTemporaryPath.finalize
+async def finalize(self, *a, **k):
+    if os.path.basename(str(self.get_final())) == block_step:
+        print("FINALIZE BLOCKED", flush=True)
+        await asyncio.sleep(3600)  # the test kills the process (kill -9) while this save is in flight
+    return await original(self, *a, **k)
+atomicity.AtomicRenameTemporaryPath.finalize = finalize
+from vit_jax.main import main
+sys.exit(main(sys.argv))
+"""
+
+
+def test_kill_9_during_an_async_save_resumes_from_the_previous_step(tmp_path, digits_data_dir, uninterrupted):
+    workdir = str(tmp_path / "run")
+    script = tmp_path / "slow_finalize.py"
+    script.write_text(SLOW_FINALIZE)
+    flags = [f"--config.total_steps={STEPS}", "--config.checkpoint.every_steps=8"]
+    cmd = train_command(workdir, digits_data_dir, *flags)
+    proc = subprocess.Popen([cmd[0], str(script), *cmd[3:]], env={**env(), "BLOCK_FINALIZE_STEP": "16"}, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    for line in proc.stdout:
+        if "FINALIZE BLOCKED" in line or time.time() > deadline:
+            break
+    proc.kill()  # SIGKILL while step 16's checkpoint is written but not committed
+    proc.wait()
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    assert "16" not in os.listdir(ckpt_dir) and "8" in os.listdir(ckpt_dir)
+    assert any(name.startswith("16.orbax-checkpoint-tmp") for name in os.listdir(ckpt_dir))
+    resumed = run(train_command(workdir, digits_data_dir, *flags))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "(step 8)" in resumed.stdout
+    _, pa = load_params_from_run(uninterrupted)
+    _, pb = load_params_from_run(workdir)
+    jax.tree.map(np.testing.assert_array_equal, pa, pb)
+
+
+def test_config_mistakes_are_one_line_errors(tmp_path, digits_data_dir):
+    out = run(train_command(str(tmp_path), digits_data_dir, "--config.optimizer.lrr=0.1"))
+    assert out.returncode == 2
+    assert "unknown config key 'optimizer.lrr'; did you mean 'optimizer.lr'?" in out.stderr
+    config = tmp_path / "typo.py"
+    config.write_text("from vit_jax.train.config import default_config\n"
+                      "def get_config():\n    c = default_config()\n    c.total_steps = 1\n"
+                      "    c.optimizer.weight_decy = 0.1\n    return c\n")
+    out = run([*train_command(str(tmp_path), digits_data_dir)[:3], f"--config={config}", f"--workdir={tmp_path}"])
+    assert out.returncode == 2
+    assert "did you mean 'optimizer.weight_decay'?" in out.stderr

@@ -1,0 +1,115 @@
+"""End-to-end trainer runs in-process (8 simulated devices): outputs, evaluation counts, restore onto other device
+counts, the NaN guard, and fine-tuning from an official checkpoint at a higher resolution."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from tests.conftest import GOLDEN
+from tests.train.helpers import demo_config
+from vit_jax.checkpoints.loading import load_any
+from vit_jax.checkpoints.npz import load_npz_params
+from vit_jax.checkpoints.training import RunCheckpointer
+from vit_jax.train.program import build_program
+from vit_jax.train.trainer import NonFiniteError, Trainer
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, digits_data_dir):
+    workdir = str(tmp_path_factory.mktemp("run"))
+    c = demo_config(digits_data_dir, **{"mesh.data": 2, "mesh.fsdp": 4, "checkpoint.every_steps": 4,
+                                         "eval.every_steps": 6, "eval.batch_size": 64,
+                                         "eval.fewshot.datasets": ("digits",), "eval.fewshot.shots": (1, 5)})
+    summary = Trainer(c, workdir).train()
+    return workdir, c, summary
+
+
+def test_a_run_writes_checkpoints_metrics_summary_and_plot(finished_run):
+    workdir, c, summary = finished_run
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints")))[-3:] == ["12", "4", "8"]
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(os.path.join(workdir, "tb")))
+    assert os.path.getsize(os.path.join(workdir, "curves.png")) > 10_000
+    rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    train_steps = [r["step"] for r in rows if "train/loss" in r]
+    assert train_steps == list(range(1, 13))
+    timed = [r for r in rows if "perf/mfu" in r]
+    assert timed and all(r["perf/img_per_sec"] > 0 and 0 < r["perf/mfu"] for r in timed)
+    last_train = [r for r in rows if "train/loss" in r][-1]
+    assert last_train["progress/examples_seen"] == 12 * 32 and last_train["progress/epoch"] == pytest.approx(384 / 1437)
+    evals = [r for r in rows if "eval/top1" in r]
+    assert [r["step"] for r in evals] == [6, 12]
+    # Padded + masked evaluation: 360 test images with batches of 64 -> exactly 360 counted.
+    assert all(r["eval/count"] == 360 for r in evals)
+    on_disk = json.load(open(os.path.join(workdir, "summary.json")))
+    assert on_disk["status"] == "finished" and on_disk["steps"] == 12
+    assert on_disk["final"]["eval/top1"] == evals[-1]["eval/top1"]
+    assert set(on_disk["final"]) >= {"fewshot/digits/1shot", "fewshot/digits/5shot"}
+    assert on_disk["compute"]["exaflops"] == pytest.approx(12 * 32 * on_disk["compute"]["train_flops_per_image"] / 1e18)
+    assert on_disk["model"]["params"] > 0 and on_disk["dataset"]["train_examples"] == 1437
+    assert on_disk["compute"]["num_devices"] == 8
+
+
+def test_checkpoint_is_self_describing_and_loads_anywhere(finished_run):
+    workdir, c, _ = finished_run
+    cfg, params = load_any(workdir)  # what `vit-jax predict/convert/eval` use
+    assert cfg.width == c.model.width and cfg.num_classes == 10
+    from vit_jax.checkpoints.training import load_run_metadata
+
+    meta = load_run_metadata(workdir)
+    assert meta["pp_eval"] == c.data.pp_eval and meta["dataset"]["name"] == "digits"
+    assert meta["config"]["batch_size"] == 32 and meta["version"]
+
+
+@pytest.mark.parametrize("n_devices", [1, 4])
+def test_restore_onto_a_different_number_of_devices(finished_run, n_devices):
+    workdir, c, _ = finished_run
+    saved = RunCheckpointer(os.path.join(workdir, "checkpoints"))
+    ref = None
+    for devices, mesh in ((jax.devices(), (2, 4, 1)), (jax.devices()[:n_devices], (-1, 1, 1))):
+        c2 = c.copy_and_resolve_references()
+        c2.mesh.data, c2.mesh.fsdp, c2.mesh.tensor = mesh
+        from vit_jax.train.config import resolve_durations
+
+        prog = build_program(c2, 10, resolve_durations(c2, 1437), devices=devices)
+        state, data_state, meta = saved.restore(12, prog.abstract_state)
+        assert data_state["step"] == 12 and int(state["step"]) == 12
+        assert len(state["params"]["head"]["kernel"].sharding.device_set) == len(devices)
+        host = jax.device_get(state)
+        if ref is None:
+            ref = host
+        else:
+            jax.tree.map(np.testing.assert_array_equal, host, ref)
+    saved.close()
+
+
+def test_nan_guard_stops_after_k_consecutive_bad_steps(tmp_path, digits_data_dir):
+    # An absurd learning rate: the first update puts the weights near float32's limit, every later loss overflows.
+    c = demo_config(digits_data_dir, **{"optimizer.lr": 1e37, "optimizer.warmup_steps": 0, "nan_guard.max_consecutive": 3,
+                                        "total_steps": 20, "optimizer.grad_clip_norm": 0.0})
+    with pytest.raises(NonFiniteError, match="3 consecutive steps had a non-finite loss"):
+        Trainer(c, str(tmp_path)).train()
+    ckpt = RunCheckpointer(os.path.join(str(tmp_path), "checkpoints"))
+    assert ckpt.latest_step() is not None and ckpt.latest_step() < 20
+    ckpt.close()
+
+
+def test_finetune_from_an_official_checkpoint_at_higher_resolution(tmp_path, digits_data_dir):
+    golden_cfg, golden = load_npz_params(str(GOLDEN / "tiny_token.npz"))
+    c = demo_config(digits_data_dir, **{
+        "model.width": 64, "model.depth": 3, "model.mlp_dim": 128, "model.num_heads": 4, "model.patch_size": 8,
+        "model.pool": "token", "model.image_size": 64, "init.checkpoint": str(GOLDEN / "tiny_token.npz"),
+        "total_steps": 3, "optimizer.name": "sgd", "optimizer.lr": 0.01})
+    c.data.pp_train = "decode|resize(64)|value_range(-1,1)"
+    c.data.pp_eval = "decode|resize(64)|value_range(-1,1)"
+    trainer = Trainer(c, str(tmp_path))
+    params = jax.device_get(trainer.state["params"])
+    assert params["pos_embedding"].shape == (1, 1 + 8 * 8, 64)  # 4x4 grid (32 px) -> 8x8 (64 px), class row apart
+    np.testing.assert_array_equal(params["pos_embedding"][0, 0], golden["pos_embedding"][0, 0])
+    np.testing.assert_array_equal(params["encoder"]["blocks"]["attn"]["query"]["kernel"],
+                                  golden["encoder"]["blocks"]["attn"]["query"]["kernel"])
+    assert not params["head"]["kernel"].any()  # new zero-initialised head
+    summary = trainer.train()
+    assert summary["steps"] == 3 and np.isfinite(summary["final"]["eval/loss"])
