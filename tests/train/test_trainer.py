@@ -113,3 +113,16 @@ def test_finetune_from_an_official_checkpoint_at_higher_resolution(tmp_path, dig
     assert not params["head"]["kernel"].any()  # new zero-initialised head
     summary = trainer.train()
     assert summary["steps"] == 3 and np.isfinite(summary["final"]["eval/loss"])
+
+
+def test_eval_command_reproduces_the_final_evaluation(finished_run, tmp_path):
+    from vit_jax import cli
+
+    workdir, _, summary = finished_run
+    out = tmp_path / "eval.json"
+    assert cli.main(["eval", "--checkpoint", workdir, "--json", str(out), "--batch-size", "64",
+                     "--fewshot", "digits", "--shots", "1,5"]) == 0
+    result = json.load(open(out))
+    assert result["eval/count"] == 360
+    assert result["eval/top1"] == pytest.approx(summary["final"]["eval/top1"], abs=1e-9)
+    assert result["fewshot/digits/5shot"] == pytest.approx(summary["final"]["fewshot/digits/5shot"], abs=1e-9)

@@ -50,3 +50,42 @@ def fewshot_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarra
             accs.append(float(np.mean(ridge_predict(w, test_x) == test_y)))
         results[k] = float(np.mean(accs))
     return results
+
+
+def strip_label_ops(pp: str) -> str:
+    """Few-shot needs images and integer labels only: drop one-hot/multi-hot ops sized for another dataset."""
+    return "|".join(op for op in pp.split("|") if not op.strip().startswith(("onehot", "multihot")))
+
+
+def extract_features(features_fn, params, ds, split: str, pp: str, batch_size: int, sharding
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Pre-logits features and labels of every example of a split (padding rows dropped), on every process."""
+    from vit_jax.data import pipeline
+    from vit_jax.parallel.hostarrays import gather_to_host
+
+    feats, labels = [], []
+    for batch in pipeline.eval_iterator(ds, split=split, pp=strip_label_ops(pp), global_batch_size=batch_size,
+                                        sharding=sharding):
+        f = gather_to_host(features_fn(params, batch["image"]))
+        mask = gather_to_host(batch["_mask"]) > 0
+        feats.append(f[mask])
+        labels.append(gather_to_host(batch["label"])[mask])
+    return np.concatenate(feats), np.concatenate(labels)
+
+
+def fewshot_on_datasets(features_fn, params, names, *, data_dir, pp: str, batch_size: int, sharding,
+                        train_split: str, test_split: str, shots, l2_reg: float, seeds: int,
+                        max_test_examples: int) -> dict[str, float]:
+    """{"fewshot/<dataset>/<k>shot": accuracy} for every named dataset."""
+    from vit_jax.data import pipeline
+
+    out = {}
+    for name in names:
+        ds = pipeline.open_dataset(name, data_dir=data_dir)
+        train_x, train_y = extract_features(features_fn, params, ds, train_split, pp, batch_size, sharding)
+        test_x, test_y = extract_features(features_fn, params, ds, test_split, pp, batch_size, sharding)
+        test_x, test_y = test_x[:max_test_examples], test_y[:max_test_examples]
+        accs = fewshot_accuracy(train_x, train_y, test_x, test_y, num_classes=ds.num_classes, shots=tuple(shots),
+                                l2_reg=l2_reg, seeds=seeds)
+        out.update({f"fewshot/{name}/{k}shot": v for k, v in accs.items()})
+    return out

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from vit_jax.eval.classification import evaluate
-from vit_jax.eval.fewshot import fewshot_accuracy
+from vit_jax.eval.fewshot import fewshot_on_datasets
 from vit_jax.train.metrics import format_duration, read_jsonl
 
 
@@ -99,10 +99,7 @@ class LogHook(Hook):
             "train/skipped_steps": int(fetched[-1]["skipped"]),
         }
         b = t.config.batch_size
-        examples = step * b
-        scalars["progress/examples_seen"] = examples
-        scalars["progress/epoch"] = examples / t.train_examples
-        scalars["compute/exaflops"] = examples * t.flops_per_image / 1e18
+        scalars.update(progress_scalars(t, step))
         now = time.perf_counter()
         wall, steps = now - self.t_last, step - self.step_last
         line = f"step {step}/{self.total} ({100 * step / self.total:.0f}%)"
@@ -150,7 +147,7 @@ class EvalHook(Hook):
         best = self.trainer.progress["best"]
         if self.latest["eval/top1"] >= best.get("eval/top1", -1.0):
             best.update({"eval/top1": self.latest["eval/top1"], "step": step})
-        self.writer.write(step, self.latest)
+        self.writer.write(step, {**self.latest, **progress_scalars(self.trainer, step)})
         _print(f"eval step {step}: top1 {100 * result['top1']:.2f}% | top5 {100 * result['top5']:.2f}% | "
                f"loss {result['loss']:.4f} | {int(result['count'])} examples")
 
@@ -174,7 +171,7 @@ class FewShotHook(Hook):
             return
         self.latest = run_fewshot(self.trainer)
         self.last_step = step
-        self.writer.write(step, self.latest)
+        self.writer.write(step, {**self.latest, **progress_scalars(self.trainer, step)})
         _print(f"few-shot step {step}: " + ", ".join(f"{k.split('/', 1)[1]} {100 * v:.1f}%"
                                                      for k, v in self.latest.items()))
 
@@ -194,6 +191,13 @@ class CheckpointHook(Hook):
     def finish(self, step, it):
         if self.trainer.ckpt.latest_step() != step:
             self.trainer.save_checkpoint(step, it.get_state(), wait=True)
+
+
+def progress_scalars(trainer, step: int) -> dict[str, float]:
+    """Where training stands at `step`: on every metrics line, so curves can use any progress axis."""
+    examples = step * trainer.config.batch_size
+    return {"progress/examples_seen": examples, "progress/epoch": examples / trainer.train_examples,
+            "compute/exaflops": examples * trainer.flops_per_image / 1e18}
 
 
 def default_hooks(trainer, writer) -> list[Hook]:
@@ -216,47 +220,18 @@ def run_eval(trainer) -> dict[str, float]:
     return evaluate(trainer.eval_step, trainer.state["params"], batches)
 
 
-def _features(trainer, ds, split: str, pp: str) -> tuple[np.ndarray, np.ndarray]:
-    from vit_jax.data import pipeline
+def run_fewshot(trainer) -> dict[str, float]:
     from vit_jax.train.step import features_step
 
     if not hasattr(trainer, "_features_fn"):
         trainer._features_fn = jax.jit(features_step(trainer.model), in_shardings=(trainer.param_sh, trainer.batch_sh))
     c = trainer.config
-    feats, labels = [], []
-    for batch in pipeline.eval_iterator(ds, split=split, pp=pp, global_batch_size=c.eval.batch_size or c.batch_size,
-                                        sharding=trainer.batch_sh):
-        f = np.asarray(jax.device_get(_gather(trainer._features_fn(trainer.state["params"], batch["image"]))))
-        mask = np.asarray(jax.device_get(_gather(batch["_mask"]))) > 0
-        feats.append(f[mask])
-        labels.append(np.asarray(jax.device_get(_gather(batch["label"])))[mask])
-    return np.concatenate(feats), np.concatenate(labels)
-
-
-def _gather(x):
-    """A global array as a full host copy on every process."""
-    if jax.process_count() == 1:
-        return x
-    from jax.experimental import multihost_utils
-
-    return multihost_utils.process_allgather(x, tiled=True)
-
-
-def run_fewshot(trainer) -> dict[str, float]:
-    from vit_jax.data import pipeline
-
-    fs = trainer.config.eval.fewshot
-    out = {}
-    for name in fs.datasets:
-        ds = pipeline.open_dataset(name, data_dir=trainer.config.data.data_dir or None)
-        pp = trainer.config.data.pp_eval
-        train_x, train_y = _features(trainer, ds, fs.train_split, pp)
-        test_x, test_y = _features(trainer, ds, fs.test_split, pp)
-        test_x, test_y = test_x[:fs.max_test_examples], test_y[:fs.max_test_examples]
-        accs = fewshot_accuracy(train_x, train_y, test_x, test_y, num_classes=ds.num_classes, shots=tuple(fs.shots),
-                                l2_reg=fs.l2_reg, seeds=fs.seeds)
-        out.update({f"fewshot/{name}/{k}shot": v for k, v in accs.items()})
-    return out
+    fs = c.eval.fewshot
+    return fewshot_on_datasets(
+        trainer._features_fn, trainer.state["params"], fs.datasets, data_dir=c.data.data_dir or None,
+        pp=c.data.pp_eval, batch_size=c.eval.batch_size or c.batch_size, sharding=trainer.batch_sh,
+        train_split=fs.train_split, test_split=fs.test_split, shots=fs.shots, l2_reg=fs.l2_reg, seeds=fs.seeds,
+        max_test_examples=fs.max_test_examples)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

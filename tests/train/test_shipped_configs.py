@@ -1,0 +1,54 @@
+"""Every shipped config builds and validates with its documented arguments; bad arguments are clear errors."""
+
+import importlib.util
+
+import pytest
+
+from tests.train.helpers import ROOT
+from vit_jax.train.config import ConfigError, model_config, validate
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name,arg,expect", [
+    ("demo", None, dict(batch_size=128)),
+    ("vit_i21k", "variant=B/16", dict(batch_size=4096, total_epochs=90.0)),
+    ("vit_i21k", "variant=L/16,epochs=30", dict(total_epochs=30.0)),
+    ("vit_i21k", "variant=H/14,loss=softmax", dict(total_epochs=90.0)),
+    ("finetune", "dataset=imagenet2012,init=x.npz", dict(batch_size=512, total_steps=20_000)),
+    ("finetune", "dataset=cifar10", dict(total_steps=10_000)),
+    ("finetune", "dataset=oxford_flowers102,lr=0.003", dict(total_steps=500)),
+    ("vit_i1k", "variant=B/16,preset=paper", dict(batch_size=4096, total_epochs=300.0)),
+    ("vit_i1k", "preset=beyer2022", dict(batch_size=1024, total_epochs=90.0)),
+])
+def test_configs_validate(name, arg, expect):
+    c = load(name).get_config(arg)
+    validate(c)
+    for k, v in expect.items():
+        assert c[k] == v, k
+    model_config(c, num_classes=10)  # the model it describes can be built
+
+
+def test_paper_recipes():
+    i21k = load("vit_i21k").get_config("variant=B/16")
+    assert (i21k.optimizer.lr, i21k.optimizer.weight_decay, i21k.optimizer.warmup_steps, i21k.optimizer.schedule,
+            i21k.model.dropout, i21k.model.rep_size, i21k.model.head_bias_init, i21k.loss.kind) == (
+        1e-3, 0.03, 10_000, "linear", 0.1, 768, -10.0, "sigmoid_xent")
+    ft = load("finetune").get_config("dataset=cifar100")
+    assert (ft.optimizer.name, ft.optimizer.momentum, ft.optimizer.weight_decay, ft.optimizer.grad_clip_norm,
+            ft.model.image_size, ft.model.rep_size, tuple(ft.init.reinit)) == ("sgd", 0.9, 0.0, 1.0, 384, 0, ("head",))
+    beyer = load("vit_i1k").get_config("preset=beyer2022")
+    assert (beyer.model.pool, beyer.model.posemb, beyer.loss.mixup_alpha) == ("gap", "sincos2d", 0.2)
+    assert "randaug(2,10)" in beyer.data.pp_train
+
+
+def test_bad_config_arguments():
+    with pytest.raises(ConfigError, match="did you mean 'variant'"):
+        load("vit_i21k").get_config("varient=B/16")
+    with pytest.raises(ValueError, match="dataset=mnist"):
+        load("finetune").get_config("dataset=mnist")
