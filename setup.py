@@ -23,6 +23,7 @@ INSTALL_REQUIRES = [
     "tensorboard>=2.21,<3",
     "numpy>=2.0,<3",
     "pillow>=10",
+    "opencv-python-headless>=4.9",  # fast non-antialiased resize in the input pipeline (PIL's is ~10x slower)
     "safetensors>=0.4",
     "matplotlib>=3.8",
     "scikit-learn>=1.4",  # ships the embedded default dataset (handwritten digits)
