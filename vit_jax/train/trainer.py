@@ -230,7 +230,3 @@ class Trainer:
             f"warmup {self.dur.warmup_steps} | peak {self.hardware['peak_flops_per_device'] / 1e12:.2f} TFLOP/s "
             f"per device ({self.hardware['peak_source']})")
 
-
-def evaluate_checkpoint(trainer: Trainer) -> dict[str, float]:
-    """Standalone evaluation of the trainer's current params (for `vit-jax eval`)."""
-    return hooks_lib.run_eval(trainer)
