@@ -64,3 +64,34 @@ def test_jpeg_draft_scale_never_shrinks_the_crop_below_the_output():
     for w in range(224, 3000, 97):
         s = decode.jpeg_draft_scale(w, w, 224, 224)
         assert w / s >= 224 and (s == 8 or w / (2 * s) < 224)
+
+
+def test_opencv_jpeg_decoding_equals_pil_for_every_kind_of_jpeg(gen):
+    pixels = gen.photo(40, 48, seed=2)
+    variants = {"baseline": gen.encode(pixels), "progressive": gen.encode(pixels, progressive=True, quality=90),
+                "4:4:4": gen.encode(pixels, subsampling=0, quality=90), "grayscale": gen.encode(pixels, mode="L"),
+                "cmyk": gen.encode(pixels, mode="CMYK")}
+    for name, data in variants.items():
+        got = decode.decode_rgb(data)
+        want = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        assert got.shape == want.shape and got.dtype == np.uint8, name
+        assert np.abs(got.astype(int) - want).max() <= (1 if name == "cmyk" else 0), name  # CMYK: rounding
+
+
+def test_exif_orientation_is_ignored_like_pil_and_tensorflow(gen):
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 degrees": OpenCV would apply it by default
+    out = io.BytesIO()
+    Image.fromarray(gen.photo(40, 48, seed=3)).save(out, "JPEG", exif=exif.tobytes())
+    data = out.getvalue()
+    np.testing.assert_array_equal(decode.decode_rgb(data), np.asarray(Image.open(io.BytesIO(data))))
+    assert decode.decode_crop_resize(data, lambda w, h: (0, 0, w, h), 48, 40).shape == (40, 48, 3)
+
+
+def test_fused_decode_raises_decode_errors_and_reads_every_format(gen):
+    for kind, data in gen.bad_images().items():
+        if kind in ("skipped_corrupt", "skipped_truncated"):
+            with pytest.raises(decode.DecodeError):
+                decode.decode_crop_resize(data, lambda w, h: (0, 0, w, h), 16, 16)
+        else:  # CMYK, grayscale, PNG, tiny: all decode to RGB
+            assert decode.decode_crop_resize(data, lambda w, h: (0, 0, w, h), 16, 16).shape == (16, 16, 3)

@@ -5,8 +5,10 @@ Two users:
   that decodes (CMYK or grayscale JPEGs, PNGs named .JPEG, palette images) is converted to an RGB JPEG once, and
   what cannot be decoded (corrupt, truncated, tiny) is skipped. The outcome of each image is a `kind` counted in
   a `BuildReport`.
-- read time (`open_rgb`, `decode_rgb`, `decode_crop_resize`): any failure becomes `DecodeError`, which the
-  pipeline counts and replaces with a neighbour record instead of stopping training.
+- read time (`open_rgb_lazy`, `decode_rgb`, `decode_crop_resize`): any failure becomes `DecodeError`, which the
+  pipeline counts and replaces with a neighbour record instead of stopping training. JPEGs are decoded by OpenCV
+  (faster than PIL, identical pixels: see cv.py); other formats, and JPEGs OpenCV rejects, go through PIL, which
+  either decodes them or says why they are bad.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from __future__ import annotations
 import collections
 import io
 import json
-import math
 import struct
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from vit_jax.data import cv
 
 # Everything PIL raises for bad input data (UnidentifiedImageError is an OSError; broken PNG chunks raise
 # SyntaxError; some truncated headers raise struct.error or EOFError).
@@ -52,6 +55,10 @@ def load_rgb(img: Image.Image) -> Image.Image:
 
 def decode_rgb(data: bytes) -> np.ndarray:
     """Decodes JPEG/PNG/... bytes to a uint8 (H, W, 3) array."""
+    if data[:2] == cv.JPEG_SOI:
+        pixels = cv.decode_jpeg(data)
+        if pixels is not None:
+            return pixels
     return np.asarray(load_rgb(open_rgb_lazy(data)))
 
 
@@ -68,25 +75,29 @@ def jpeg_draft_scale(crop_w: float, crop_h: float, out_w: int, out_h: int) -> in
 
 
 def decode_crop_resize(data: bytes, box_fn, out_w: int, out_h: int) -> np.ndarray:
-    """Fused decode + crop + resize: only as many pixels are decoded as the crop needs.
+    """Fused decode + crop + resize: a JPEG is decoded at the strongest DCT reduction the crop allows.
 
     Args:
       data: encoded image bytes.
-      box_fn: called with the full image (width, height); returns the crop (x, y, w, h) in full-size pixels.
+      box_fn: called once with the full image (width, height); returns the crop (x, y, w, h) in full-size pixels.
       out_w, out_h: output size.
-    Returns: uint8 (out_h, out_w, 3).
+    Returns: uint8 (out_h, out_w, 3): the crop resized by `cv.resize` (bilinear, like TF's decode_and_crop_jpeg
+    followed by `tf.image.resize`). At a DCT scale s > 1 the box is rounded to whole pixels of the 1/s image.
     """
-    img = open_rgb_lazy(data)
+    img = open_rgb_lazy(data)  # the header only: the size decides the crop, the crop decides the scale
     width, height = img.size
     x, y, w, h = box_fn(width, height)
-    if img.format == "JPEG":
+    scale, pixels = 1, None
+    if img.format in ("JPEG", "MPO"):  # MPO: a camera JPEG with extra frames; the first is the picture
         scale = jpeg_draft_scale(w, h, out_w, out_h)
-        if scale > 1:
-            img.draft("RGB", (math.ceil(width / scale), math.ceil(height / scale)))
-    img = load_rgb(img)
-    sx, sy = img.size[0] / width, img.size[1] / height  # the draft scale PIL actually applied
-    box = (x * sx, y * sy, (x + w) * sx, (y + h) * sy)
-    return np.asarray(img.resize((out_w, out_h), Image.Resampling.BILINEAR, box=box))
+        pixels = cv.decode_jpeg(data, scale)
+    if pixels is None:
+        scale, pixels = 1, np.asarray(load_rgb(img))
+    if scale > 1:  # pixel i of the 1/s image stands for full-size pixels [s*i, s*i + s)
+        x0, y0 = min(round(x / scale), pixels.shape[1] - 1), min(round(y / scale), pixels.shape[0] - 1)
+        x1, y1 = max(x0 + 1, round((x + w) / scale)), max(y0 + 1, round((y + h) / scale))
+        x, y, w, h = x0, y0, x1 - x0, y1 - y0
+    return cv.resize(pixels[y : y + h, x : x + w], out_h, out_w)
 
 
 def sanitize_image(data: bytes, min_side: int = 8, quality: int = 95) -> tuple[bytes | None, str]:
