@@ -199,3 +199,60 @@ def test_set_state_rejects_a_state_from_other_settings(digits_ds):
     with pytest.raises(ValueError, match="seed=2"):
         it.set_state({**it.get_state(), "seed": 2})
     it.close()
+
+
+def test_value_range_and_normalize_write_into_the_offered_batch_row(digits_ds):
+    loader = pipeline._Loader(digits_ds, "train", "decode|value_range(-1, 1)|onehot(10)", seed=0)
+    want, _ = loader.load_counted(3, position=9)
+    row = np.full((32, 32, 3), np.nan, np.float32)
+    got, _ = loader.load_counted(3, position=9, image_out=row)
+    assert got["image"] is row and pipeline.pp_lib.IMAGE_OUT not in got
+    np.testing.assert_array_equal(row, want["image"])
+    ops = pipeline.pp_lib.build("normalize((1, 2, 3), (4, 5, 6))")
+    pixels = np.arange(2 * 2 * 3, dtype=np.uint8).reshape(2, 2, 3)
+    out = np.empty((2, 2, 3), np.float32)
+    ex = ops({"image": pixels, pipeline.pp_lib.IMAGE_OUT: out}, np.random.default_rng(0))
+    assert ex["image"] is out
+    np.testing.assert_array_equal(out, ops({"image": pixels}, np.random.default_rng(0))["image"])
+    wrong = np.empty((3, 2, 3), np.float32)  # a row that does not fit is left alone
+    assert ops({"image": pixels, pipeline.pp_lib.IMAGE_OUT: wrong}, np.random.default_rng(0))["image"] is not wrong
+
+
+def test_examples_of_different_sizes_are_a_clear_error(digits_ds):
+    import itertools
+
+    loader = pipeline._Loader(digits_ds, "train", EVAL_PP, seed=0)
+    plan = pipeline.BatchPlan(len(loader.source), 4, train=True)
+    calls = itertools.count()
+    loader.preprocess = lambda ex, rng: {**ex, "image": np.zeros((2 + next(calls) % 2, 4, 3), np.float32)}
+    with pytest.raises(ValueError, match=r"different 'image' shapes.*add a resize/crop op"):
+        pipeline.load_local_batch(loader, plan, 0, 0, 4)
+
+
+class SlowSource(CorruptingSource):
+    """Counts reads and takes 2 ms per record."""
+
+    def __init__(self, source):
+        super().__init__(source, bad=())
+        self.reads = 0
+
+    def __getitem__(self, i):
+        import time
+
+        time.sleep(0.002)
+        self.reads += 1
+        return super().__getitem__(i)
+
+
+def test_close_stops_the_workers_within_one_example(digits_ds, monkeypatch):
+    import time
+
+    slow = SlowSource(digits_ds.source("train"))
+    monkeypatch.setitem(digits_ds._sources, "train", slow)
+    it = pipeline.train_iterator(digits_ds, pp=EVAL_PP, global_batch_size=128, sharding=mesh_sharding(),
+                                 num_workers=2, prefetch=2)
+    next(it)
+    it.close()  # three more batches (384 examples) were in flight
+    reads = slow.reads
+    time.sleep(0.05)
+    assert slow.reads == reads < 128 + 128 // 2

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from vit_jax.data import cv, decode
-from vit_jax.data.pp import Example, Op, register
+from vit_jax.data.pp import IMAGE_OUT, Example, Op, register
 
 
 def _pixels(example: Example, op: str) -> np.ndarray:
@@ -161,6 +161,20 @@ def make_flip_lr(p: float = 0.5) -> Op:
     return op
 
 
+def _float_output(ex: Example, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The destination the pipeline offers for this example's float32 image (pp.IMAGE_OUT), if it fits."""
+    out = ex.get(IMAGE_OUT)
+    if out is not None and out.shape == shape and out.dtype == np.float32:
+        return out
+    return None
+
+
+def _with_image(ex: Example, image: np.ndarray) -> Example:
+    out = {k: v for k, v in ex.items() if k != IMAGE_OUT}
+    out["image"] = image
+    return out
+
+
 @register("value_range")
 def make_value_range(lo: float = -1.0, hi: float = 1.0, in_min: float = 0.0, in_max: float = 255.0) -> Op:
     """Maps pixel values linearly from [in_min, in_max] to [lo, hi], as float32."""
@@ -169,9 +183,9 @@ def make_value_range(lo: float = -1.0, hi: float = 1.0, in_min: float = 0.0, in_
 
     def op(ex: Example, rng: np.random.Generator) -> Example:
         image = _pixels(ex, "value_range")
-        out = np.multiply(image, scale, dtype=np.float32)
+        out = np.multiply(image, scale, out=_float_output(ex, image.shape), dtype=np.float32)
         out += offset
-        return {**ex, "image": out}
+        return _with_image(ex, out)
 
     return op
 
@@ -183,6 +197,10 @@ def make_normalize(mean: float | tuple = 0.0, std: float | tuple = 1.0) -> Op:
     inv_std = np.float32(1.0) / np.asarray(std, np.float32)
 
     def op(ex: Example, rng: np.random.Generator) -> Example:
-        return {**ex, "image": (_pixels(ex, "normalize").astype(np.float32) - mean_a) * inv_std}
+        image = _pixels(ex, "normalize")
+        out = _float_output(ex, np.broadcast_shapes(image.shape, mean_a.shape, inv_std.shape))
+        out = np.subtract(image, mean_a, out=out, dtype=np.float32)
+        out *= inv_std
+        return _with_image(ex, out)
 
     return op

@@ -12,7 +12,11 @@ Guarantees (tested in tests/data/test_pipeline.py):
 
 Why a small thread pool rather than Grain: Grain shards a dataset per process (`ds[process_index::count]`),
 which makes batch contents depend on the process count; here work is addressed by global position, which keeps
-topology independence and exact resume trivially true. PIL and numpy release the GIL, so threads scale.
+topology independence and exact resume trivially true. OpenCV, PIL and numpy release the GIL, so threads scale.
+
+Each worker task loads a contiguous chunk of a batch's rows and writes every example straight into the batch's
+preallocated arrays (the final float32 image directly, when the op string ends its pixel work with value_range or
+normalize: see pp.IMAGE_OUT), so no per-example future and no stacking copy is needed.
 """
 
 from __future__ import annotations
@@ -64,8 +68,46 @@ def _finalize(ex: dict[str, Any], raw: dict[str, Any], num_classes: int) -> dict
     return out
 
 
+class _Rows:
+    """The process-local rows of one batch: numpy arrays filled in place, row by row, by the worker threads.
+
+    The arrays are allocated when the first example arrives (its keys, shapes and dtypes); every other example must
+    have the same, as np.stack would require.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.arrays: dict[str, np.ndarray] | None = None
+        self.cancelled = False  # set when the batch will never be delivered: its workers stop early
+        self._lock = threading.Lock()
+
+    def image_out(self, row: int) -> np.ndarray | None:
+        """The float32 image row to offer the op string as pp.IMAGE_OUT, once the arrays exist."""
+        arrays = self.arrays
+        image = None if arrays is None else arrays.get("image")
+        return image[row] if image is not None and image.dtype == np.float32 else None
+
+    def put(self, row: int, ex: dict[str, np.ndarray], written: np.ndarray | None = None) -> None:
+        """Stores one example at `row`; `written` is an array already in place (the row offered as image_out)."""
+        if self.arrays is None:
+            with self._lock:
+                if self.arrays is None:
+                    self.arrays = {k: np.empty((self.size,) + v.shape, v.dtype) for k, v in ex.items()}
+        if ex.keys() != self.arrays.keys():
+            raise ValueError(f"examples have different keys {sorted(ex)} and {sorted(self.arrays)}")
+        for key, value in ex.items():
+            dst = self.arrays[key]
+            if value.shape != dst.shape[1:]:
+                raise ValueError(f"examples have different '{key}' shapes {sorted({value.shape, dst.shape[1:]})}: "
+                                 "add a resize/crop op so every example has one size")
+            if value.dtype != dst.dtype:
+                raise ValueError(f"examples have different '{key}' dtypes {value.dtype} and {dst.dtype}")
+            if value is not written:
+                dst[row] = value
+
+
 class _Loader:
-    """Loads and preprocesses one example by record index; substitutes undecodable records."""
+    """Loads and preprocesses examples by record index; substitutes undecodable records."""
 
     def __init__(self, ds: Dataset, split: str, pp: str, seed: int) -> None:
         self.source = ds.source(split)
@@ -78,14 +120,19 @@ class _Loader:
     def load(self, record: int, position: int) -> dict[str, np.ndarray]:
         return self.load_counted(record, position)[0]
 
-    def load_counted(self, record: int, position: int) -> tuple[dict[str, np.ndarray], int]:
-        """(example, number of undecodable records skipped to produce it)."""
+    def load_counted(self, record: int, position: int,
+                     image_out: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], int]:
+        """(example, number of undecodable records skipped to produce it); see pp.IMAGE_OUT for image_out."""
         for attempt in range(MAX_SUBSTITUTES + 1):
             index = (int(record) + attempt) % len(self.source)
             try:
                 raw = self.source[index]
+                ex = dict(raw)
+                if image_out is not None:
+                    ex[pp_lib.IMAGE_OUT] = image_out
                 # A fresh generator per attempt: the substitute's augmentation does not depend on the failure.
-                ex = self.preprocess(dict(raw), indexing.example_rng(self.seed, position))
+                ex = self.preprocess(ex, indexing.example_rng(self.seed, position))
+                ex.pop(pp_lib.IMAGE_OUT, None)
                 return _finalize(ex, raw, self.num_classes), attempt
             except DecodeError as e:
                 with self._lock:
@@ -96,16 +143,24 @@ class _Loader:
         raise RuntimeError(f"{MAX_SUBSTITUTES + 1} consecutive records from {record} cannot be decoded; "
                            f"the prepared data is damaged: prepare it again")
 
+    def load_rows(self, rows: _Rows, records: np.ndarray, positions: np.ndarray, lo: int, hi: int) -> int:
+        """Loads rows [lo, hi) of a batch into `rows`; returns the number of undecodable records skipped."""
+        substituted = 0
+        for row in range(lo, hi):
+            if rows.cancelled:
+                break
+            image_out = rows.image_out(row)
+            ex, skipped = self.load_counted(records[row], positions[row], image_out)
+            rows.put(row, ex, written=image_out)
+            substituted += skipped
+        return substituted
 
-def _stack(examples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    out = {}
-    for key in examples[0]:
-        shapes = {ex[key].shape for ex in examples}
-        if len(shapes) > 1:
-            raise ValueError(f"examples have different '{key}' shapes {sorted(shapes)}: add a resize/crop op so "
-                             "every example has one size")
-        out[key] = np.stack([ex[key] for ex in examples])
-    return out
+
+def _chunks(size: int, count: int) -> list[tuple[int, int]]:
+    """`count` contiguous [lo, hi) ranges covering range(size), sizes differing by at most one."""
+    count = max(1, min(size, count))
+    bounds = [size * i // count for i in range(count + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 class BatchPlan:
@@ -130,7 +185,9 @@ class BatchPlan:
 def load_local_batch(loader: _Loader, plan: BatchPlan, step: int, lo: int, hi: int) -> dict[str, np.ndarray]:
     """The process-local numpy batch (rows [lo, hi)) at `step`, loaded synchronously."""
     records, positions, mask = plan.rows(step, lo, hi)
-    batch = _stack([loader.load(r, p) for r, p in zip(records, positions)])
+    rows = _Rows(len(records))
+    loader.load_rows(rows, records, positions, 0, len(records))
+    batch = rows.arrays
     if mask is not None:
         batch["_mask"] = mask
     return batch
@@ -153,35 +210,41 @@ class BatchIterator:
         self._end = end_step
         self._to_device = to_device  # False: process-local numpy batches (benchmarks, debugging)
         self._prefetch = max(0, int(prefetch))
-        self._workers = concurrent.futures.ThreadPoolExecutor(num_workers or os.cpu_count() or 1, "vit_jax_data")
+        self._num_workers = num_workers or os.cpu_count() or 1
+        self._workers = concurrent.futures.ThreadPoolExecutor(self._num_workers, "vit_jax_data")
         self._assembler = concurrent.futures.ThreadPoolExecutor(1, "vit_jax_batch")
         self._queue: collections.deque = collections.deque()
         self._substituted = 0
         self._reset(start_step)
 
     def _reset(self, step: int) -> None:
-        for fut in self._queue:
+        for fut, rows in self._queue:
+            rows.cancelled = True  # running chunks stop after their current example
             fut.cancel()
         self._queue.clear()
         self._step = self._submitted = int(step)
 
-    def _assemble(self, futures: list, mask: np.ndarray | None) -> tuple[dict[str, jax.Array], int]:
-        results = [f.result() for f in futures]
-        local = _stack([ex for ex, _ in results])
+    def _assemble(self, rows: _Rows, chunks: list, mask: np.ndarray | None) -> tuple[dict[str, jax.Array], int]:
+        substituted = sum(chunk.result() for chunk in chunks)
+        if rows.cancelled:
+            return {}, 0
+        local = rows.arrays
         if mask is not None:
             local["_mask"] = mask
         if not self._to_device:
-            return local, sum(subs for _, subs in results)
+            return local, substituted
         batch = {key: jax.make_array_from_process_local_data(
                      self._field_sharding, value, (self.global_batch_size,) + value.shape[1:])
                  for key, value in local.items()}
-        return batch, sum(subs for _, subs in results)
+        return batch, substituted
 
     def _fill(self) -> None:
         while len(self._queue) <= self._prefetch and (self._end is None or self._submitted < self._end):
             records, positions, mask = self.plan.rows(self._submitted, self.lo, self.hi)
-            futures = [self._workers.submit(self.loader.load_counted, r, p) for r, p in zip(records, positions)]
-            self._queue.append(self._assembler.submit(self._assemble, futures, mask))
+            rows = _Rows(len(records))
+            chunks = [self._workers.submit(self.loader.load_rows, rows, records, positions, lo, hi)
+                      for lo, hi in _chunks(len(records), self._num_workers)]
+            self._queue.append((self._assembler.submit(self._assemble, rows, chunks, mask), rows))
             self._submitted += 1
 
     def __iter__(self) -> Iterator[dict[str, jax.Array]]:
@@ -191,7 +254,7 @@ class BatchIterator:
         self._fill()
         if not self._queue:
             raise StopIteration
-        batch, substituted = self._queue.popleft().result()
+        batch, substituted = self._queue.popleft()[0].result()
         self._substituted += substituted
         self._step += 1
         self._fill()  # start the next batches before the caller's step runs
@@ -217,9 +280,10 @@ class BatchIterator:
         self._reset(int(state["step"]))
 
     def close(self) -> None:
+        """Stops the workers: queued chunks are dropped, running ones end after their current example."""
         self._reset(self._step)
-        self._workers.shutdown(wait=False, cancel_futures=True)
-        self._assembler.shutdown(wait=False, cancel_futures=True)
+        self._workers.shutdown(wait=True, cancel_futures=True)
+        self._assembler.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> "BatchIterator":
         return self

@@ -17,6 +17,11 @@ import numpy as np
 Example = dict[str, Any]
 Op = Callable[[Example, np.random.Generator], Example]
 
+# Optional key of an example: a float32 array offered by the pipeline as the destination of the final image (its
+# row of the batch). An op that maps pixels to float32 (value_range, normalize) writes its result into it when the
+# shapes match, and removes the key; this saves an allocation and a copy per example. Other ops pass it along.
+IMAGE_OUT = "_image_out"
+
 _REGISTRY: dict[str, Callable[..., Op]] = {}
 
 
