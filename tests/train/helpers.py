@@ -27,13 +27,18 @@ def demo_config(data_dir: str, **overrides):
     c.optimizer.warmup_steps = 2
     c.eval.fewshot.datasets = ()
     c.eval.fewshot.every_epochs = 0.0
+    return apply_overrides(c, overrides)
+
+
+def apply_overrides(config, overrides: dict):
+    """Sets dotted keys (`"optimizer.lr": 0.1`) like `--config.optimizer.lr=0.1` does; lists become tuples."""
     for key, value in overrides.items():
-        node = c
+        node = config
         *parents, leaf = key.split(".")
         for p in parents:
             node = node[p]
-        node[leaf] = value
-    return c
+        node[leaf] = tuple(value) if isinstance(value, list) else value
+    return config
 
 
 # The same tiny run as demo_config, as command-line overrides of configs/demo.py.

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.train.helpers import apply_overrides
 from vit_jax.eval.fewshot import fewshot_accuracy
 from vit_jax.train.config import Durations, default_config
 from vit_jax.train.optimizer import decay_mask, make_schedule, sigmoid_xent, smooth_labels, softmax_xent
@@ -19,13 +20,7 @@ def tiny_config(**overrides):
     c.batch_size = 16
     c.total_steps = 10
     c.optimizer.lr = 1e-2
-    for k, v in overrides.items():
-        node = c
-        *parents, leaf = k.split(".")
-        for p in parents:
-            node = node[p]
-        node[leaf] = v
-    return c
+    return apply_overrides(c, overrides)
 
 
 DUR = Durations(total_steps=10, warmup_steps=2, steps_per_epoch=5, eval_every=0, checkpoint_every=0, fewshot_every=0)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.train.helpers import ROOT, env
+from tests.train.helpers import ROOT, apply_overrides, env
 from tests.train.test_shipped_configs import load
 from vit_jax.main import check_override_keys
 from vit_jax.sweep.spec import load_sweep
@@ -26,16 +26,6 @@ SWEEPS = ["configs/sweeps/demo_scaling.py", "configs/sweeps/paper_scaling.py",
           "configs/sweeps/finetune_lr.py:imagenet2012,/ckpt.npz", "configs/sweeps/finetune_lr.py:oxford_iiit_pet,"]
 
 
-def _apply(config, overrides):
-    for key, value in overrides.items():
-        node = config
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node[p]
-        node[leaf] = tuple(value) if isinstance(value, list) else value
-    return config
-
-
 @pytest.mark.parametrize("spec", SWEEPS)
 def test_every_sweep_run_is_a_valid_config(spec, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -45,7 +35,7 @@ def test_every_sweep_run_is_a_valid_config(spec, monkeypatch):
     for run in sweep.runs:
         args = run.trainer_args(sweep.base, "/tmp/unused")
         check_override_keys(args)
-        validate(_apply(load(base_path.rsplit("/", 1)[-1][:-3]).get_config(base_arg or None), run.all_overrides))
+        validate(apply_overrides(load(base_path.rsplit("/", 1)[-1][:-3]).get_config(base_arg or None), run.all_overrides))
     # The first run's command line, through the real flag parser.
     args = sweep.runs[0].trainer_args(sweep.base, "/tmp/unused")
     out = subprocess.run([sys.executable, "-c", PARSE, *args], env=env(), cwd=ROOT, capture_output=True, text=True)
