@@ -256,3 +256,38 @@ def test_close_stops_the_workers_within_one_example(digits_ds, monkeypatch):
     reads = slow.reads
     time.sleep(0.05)
     assert slow.reads == reads < 128 + 128 // 2
+
+
+def host_iterator(ds, **kw):
+    return pipeline.BatchIterator(ds, "train", TRAIN_PP, 32, mesh_sharding(), train=True, seed=4, fraction=1.0,
+                                  start_step=0, end_step=None, num_workers=2, prefetch=2, **kw)
+
+
+def test_batch_arrays_are_reused_only_when_nothing_references_them(digits_ds):
+    reference = take(host_iterator(digits_ds, to_device=False), 12)
+    # Dropped batches: their arrays come back for later batches, with the right contents.
+    it = host_iterator(digits_ds, to_device=False)
+    addresses = []
+    for step in range(12):
+        batch = next(it)
+        addresses.append(batch["image"].ctypes.data)
+        assert digest(batch) == digest(reference[step])
+        del batch
+    it.close()
+    assert len(set(addresses)) < len(addresses)
+    # Held batches, held views and held device arrays (which may alias host memory on CPU) are never reused.
+    for to_device in (False, True):
+        it = host_iterator(digits_ds, to_device=to_device)
+        held, views = [], []
+        for step in range(12):
+            batch = next(it)
+            if step % 2:
+                held.append((step, batch))
+            else:
+                views.append((step, batch["image"][3:5]))
+            del batch
+        it.close()
+        for step, batch in held:
+            assert digest(batch) == digest(reference[step])
+        for step, view in views:
+            np.testing.assert_array_equal(np.asarray(view), reference[step]["image"][3:5])
