@@ -95,3 +95,17 @@ def test_fused_decode_raises_decode_errors_and_reads_every_format(gen):
                 decode.decode_crop_resize(data, lambda w, h: (0, 0, w, h), 16, 16)
         else:  # CMYK, grayscale, PNG, tiny: all decode to RGB
             assert decode.decode_crop_resize(data, lambda w, h: (0, 0, w, h), 16, 16).shape == (16, 16, 3)
+
+
+def test_jpeg_size_reads_the_frame_header_like_pil(gen):
+    pixels = gen.photo(40, 48, seed=4)
+    exif = Image.Exif()
+    exif[0x010E] = "a description long enough to make the APP1 segment non-trivial" * 10
+    with_exif = io.BytesIO()
+    Image.fromarray(pixels).save(with_exif, "JPEG", exif=exif.tobytes())
+    for data in (gen.encode(pixels), gen.encode(pixels, progressive=True, quality=90), gen.encode(pixels, mode="L"),
+                 gen.encode(pixels, mode="CMYK"), with_exif.getvalue(), gen.bad_images()["skipped_truncated"]):
+        assert decode.jpeg_size(data) == Image.open(io.BytesIO(data)).size == (48, 40)
+    for data in (gen.encode(pixels, fmt="PNG"), b"", b"\xff\xd8", b"\xff\xd8\xff\xe0\x00",
+                 gen.bad_images()["skipped_corrupt"], b"\xff\xd8\xff\xda\x00\x02"):
+        assert decode.jpeg_size(data) is None

@@ -52,20 +52,25 @@ def test_resize_ops_match_tensorflow_bilinear(gen):
     def tf_bilinear(h, w, antialias=False):
         return tf.image.resize(pixels, (h, w), antialias=antialias).numpy()
 
-    # Shrinking by less than 2x, enlarging, and exactly 2x (where area averaging and bilinear sampling agree):
-    # TF's non-antialiased bilinear (half-pixel centres), within one uint8 level (OpenCV's fixed point).
-    for h, w in ((45, 50), (90, 100), (30, 40), (40, 80)):
+    # Shrinking by less than 2x, enlarging, and exactly 2x (both give the 2x2 mean): TF's non-antialiased
+    # bilinear (half-pixel centres), within one uint8 level (OpenCV's fixed point).
+    for h, w in ((45, 50), (90, 100), (30, 40), (40, 80), (40, 41)):
         got = run(f"resize({h}, {w})", ex)["image"]
         assert got.shape == (h, w, 3) and got.dtype == np.uint8
         assert np.abs(got - np.round(tf_bilinear(h, w))).max() <= 1, (h, w)
     np.testing.assert_array_equal(run("resize_small(30)", ex)["image"], run("resize(30, 40)", ex)["image"])
-    # Shrinking by more than 2x averages areas instead of aliasing: close to TF's antialiased resize.
-    got = run("resize(20, 25)", ex)["image"]
-    assert np.abs(got - tf_bilinear(20, 25, antialias=True)).mean() < 2.5
+    # Shrinking by 2x or more reads every source pixel instead of aliasing: close to TF's antialiased resize.
+    for h, w in ((25, 30), (20, 25), (15, 35)):
+        got = run(f"resize({h}, {w})", ex)["image"]
+        assert np.abs(got - tf_bilinear(h, w, antialias=True)).mean() < 2.5, (h, w)
+    # 4x or more: area means (here exact 4x4 block means).
+    blocks = pixels.reshape(15, 4, 20, 4, 3).mean(axis=(1, 3))
+    assert np.abs(run("resize(15, 20)", ex)["image"] - blocks).max() <= 0.5 + 1e-6
     stripes = np.zeros((60, 90, 3), np.uint8)
     stripes[:, ::2] = 255  # 1-pixel stripes: bilinear sampling at 1/3 picks single stripes, full contrast
     assert np.ptp(tf.image.resize(stripes, (20, 30), antialias=False).numpy()) == 255
-    assert np.ptp(run("resize(20, 30)", {"image": stripes})["image"]) <= 255 / 3 + 1  # 3-pixel means
+    assert np.ptp(run("resize(20, 30)", {"image": stripes})["image"]) <= 128  # 2x bilinear, then pair means
+    assert np.ptp(run("resize(15, 22)", {"image": stripes})["image"]) <= 6  # 4x: area means
     # float32 images and single-channel images keep their dtype and shape.
     as_float = run("value_range(0, 1)|resize(45, 50)", ex)["image"]
     assert as_float.dtype == np.float32 and np.abs(as_float * 255 - tf_bilinear(45, 50)).max() < 1e-3
@@ -94,7 +99,7 @@ def test_fused_inception_crop_matches_tensorflow_decode_and_crop(gen):
         crop = full[y : y + h, x : x + w]
         # The fused op is exactly the unfused decode, crop and resize.
         np.testing.assert_array_equal(got, run("resize(64)", {"image": crop})["image"])
-        if w < 128 and h < 128:  # bilinear (not area) range: TF's crop decode + resize(antialias=False)
+        if w < 128 and h < 128:  # single bilinear pass: TF's crop decode + resize(antialias=False)
             bilinear += 1
             assert np.abs(got - np.round(tf.image.resize(crop, (64, 64)).numpy())).max() <= 1
             # TF's fused crop decode upsamples chroma differently at the crop's edges only.
@@ -118,7 +123,7 @@ def test_fused_crop_with_dct_scaling_matches_tensorflow(gen):
         x0, y0, x1, y1 = (round(v / scale) for v in (box[0], box[1], box[0] + box[2], box[1] + box[3]))
         # libjpeg's DCT scaling through TF, then TF's crop and bilinear resize: the same pixels within one level.
         small = tf.io.decode_jpeg(data, channels=3, ratio=scale, dct_method="INTEGER_ACCURATE")[y0:y1, x0:x1]
-        if max(small.shape[0], small.shape[1]) < 128:  # (larger reductions average areas; see the resize test)
+        if max(small.shape[0], small.shape[1]) < 128:  # (2x reductions also average; see the resize test)
             assert np.abs(got - np.round(tf.image.resize(small, (64, 64)).numpy())).max() <= 1, box
         if compare_full_size:
             # Quality: DCT-domain downscaling differs from a full-size decode and an antialiased resize of the

@@ -62,6 +62,38 @@ def decode_rgb(data: bytes) -> np.ndarray:
     return np.asarray(load_rgb(open_rgb_lazy(data)))
 
 
+# Start-of-frame markers (baseline, extended, progressive, lossless; Huffman or arithmetic): they carry the size.
+_JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+
+
+def jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's frame header, reading only the marker segments before it (~2 us).
+
+    None when the data does not start like a JPEG or its markers are malformed; PIL then has the final word.
+    """
+    if data[:2] != cv.JPEG_SOI:
+        return None
+    pos, end = 2, len(data)
+    while pos + 4 <= end:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            pos += 2
+        elif marker in _JPEG_SOF:
+            if pos + 9 > end:
+                return None
+            height, width = (data[pos + 5] << 8) | data[pos + 6], (data[pos + 7] << 8) | data[pos + 8]
+            return (width, height) if width and height else None
+        elif marker in (0xD9, 0xDA):  # end of image or a scan before any frame header
+            return None
+        else:
+            pos += 2 + ((data[pos + 2] << 8) | data[pos + 3])
+    return None
+
+
 def jpeg_draft_scale(crop_w: float, crop_h: float, out_w: int, out_h: int) -> int:
     """The largest JPEG DCT reduction (1, 2, 4 or 8) that still leaves the crop at least the output size.
 
@@ -84,15 +116,17 @@ def decode_crop_resize(data: bytes, box_fn, out_w: int, out_h: int) -> np.ndarra
     Returns: uint8 (out_h, out_w, 3): the crop resized by `cv.resize` (bilinear, like TF's decode_and_crop_jpeg
     followed by `tf.image.resize`). At a DCT scale s > 1 the box is rounded to whole pixels of the 1/s image.
     """
-    img = open_rgb_lazy(data)  # the header only: the size decides the crop, the crop decides the scale
-    width, height = img.size
+    # The header only: the size decides the crop, the crop decides the DCT scale.
+    size = jpeg_size(data)
+    img = open_rgb_lazy(data) if size is None else None
+    width, height = size or img.size
     x, y, w, h = box_fn(width, height)
     scale, pixels = 1, None
-    if img.format in ("JPEG", "MPO"):  # MPO: a camera JPEG with extra frames; the first is the picture
+    if size is not None:
         scale = jpeg_draft_scale(w, h, out_w, out_h)
         pixels = cv.decode_jpeg(data, scale)
-    if pixels is None:
-        scale, pixels = 1, np.asarray(load_rgb(img))
+    if pixels is None:  # not a JPEG, or one OpenCV rejects: PIL decodes it or raises DecodeError
+        scale, pixels = 1, np.asarray(load_rgb(img or open_rgb_lazy(data)))
     if scale > 1:  # pixel i of the 1/s image stands for full-size pixels [s*i, s*i + s)
         x0, y0 = min(round(x / scale), pixels.shape[1] - 1), min(round(y / scale), pixels.shape[0] - 1)
         x1, y1 = max(x0 + 1, round((x + w) / scale)), max(y0 + 1, round((y + h) / scale))

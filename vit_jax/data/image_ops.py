@@ -2,7 +2,7 @@
 
 Decoded images are uint8 (H, W, 3) arrays until `value_range`/`normalize` turn them into float32. Resizing is
 OpenCV's bilinear with half-pixel centres, the sampling of `tf.image.resize(antialias=False)` that big_vision's
-ops use, with area averaging instead when an image shrinks by 2x or more (see cv.resize).
+ops use, made to read every source pixel when an image shrinks by 2x or more (see cv.resize).
 """
 
 from __future__ import annotations
