@@ -182,3 +182,36 @@ def test_prepared_standard_tfds_dataset_is_read_through_tfds_builder(tmp_path, d
     ds = datasets.open_dataset("other_ds", data_dir=str(tmp_path), prepare=False)
     assert ds.num_examples("test") == 360 and ds.num_classes == 10
     assert np.asarray(Image.open(io.BytesIO(ds.source("test")[0]["image"]))).shape == (32, 32, 3)
+
+
+def test_flat_parser_returns_exactly_what_tfds_returns(digits_ds, gen):
+    import tensorflow_datasets as tfds
+
+    from vit_jax.data import features, sources
+
+    src = digits_ds.source("train")
+    assert src._parse is not None and src._parse.__name__ == "parser"  # the fast path is in use
+
+    def same(a, b):
+        assert type(a) is type(b) and a.keys() == b.keys()
+        for key in a:
+            assert type(a[key]) is type(b[key]) and a[key] == b[key], key
+            if isinstance(a[key], list):
+                assert [type(v) for v in a[key]] == [type(v) for v in b[key]], key
+
+    def tfds_parse(feats, raw):
+        decoders = {k: tfds.decode.SkipDecoding() for k, f in feats.items() if isinstance(f, tfds.features.Image)}
+        return feats.deserialize_example_np(raw, decoders=decoders)
+
+    for i in range(0, len(src), 97):
+        raw = src._records[i]
+        same(src[i], tfds_parse(src._features, raw))
+    # Several labels, no label, non-ASCII ids: serialized by TFDS itself.
+    feats = features.image_features(["a", "b", "c"])
+    jpeg = gen.encode(gen.photo(8, 8))
+    for labels, file_id in (([2, 0, 1], "n0/ä.JPEG"), ([], "x"), ([1], "")):
+        raw = feats.serialize_example({"image": jpeg, "label": labels[0] if labels else 0, "labels": labels,
+                                       "id": file_id})
+        same(sources._flat_parser(feats)(raw), tfds_parse(feats, raw))
+    # Anything else is left to TFDS.
+    assert sources._flat_parser(tfds.features.FeaturesDict({"x": tfds.features.Tensor(shape=(2,), dtype=np.float32)})) is None
