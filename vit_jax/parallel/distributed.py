@@ -1,4 +1,9 @@
-"""Multi-process start-up: explicit coordinator, or auto-detection of TPU pods and SLURM jobs."""
+"""Multi-process start-up: explicit coordinator, or auto-detection of TPU pods and SLURM jobs; then failure handling.
+
+`VIT_JAX_DISTRIBUTED` (set by the launchers in launch/) overrides the detection: `auto` always calls
+`jax.distributed.initialize()` and lets JAX read the cluster (TPU VM metadata, SLURM_*, Open MPI), which matters on
+TPU VM pods where the ssh environment carries no TPU_* variables; `off` never does.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,18 @@ import os
 
 import jax
 
+ENV_SWITCH = "VIT_JAX_DISTRIBUTED"
+
 
 def cluster_detected() -> str | None:
     """Name of the multi-process environment JAX can configure itself from, or None on a single host."""
+    switch = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if switch == "off":
+        return None
+    if switch == "auto":
+        return "auto"
+    if switch:
+        raise ValueError(f"{ENV_SWITCH}={switch!r} is not valid; use 'auto', 'off' or leave it unset")
     if int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_JOB_ID" in os.environ:
         return "slurm"
     hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
@@ -18,20 +32,33 @@ def cluster_detected() -> str | None:
 
 
 def initialize(coordinator: str = "", num_processes: int = 0, process_id: int = -1,
-               heartbeat_timeout_s: int = 30, initialization_timeout_s: int = 300) -> bool:
+               heartbeat_timeout_s: int = 30, initialization_timeout_s: int = 300, *, watchdog: bool = True) -> bool:
     """Starts jax.distributed when this is a multi-process job; returns whether it did.
 
-    Must run before any JAX computation. A short heartbeat timeout makes survivors notice a dead peer quickly
-    (they then fail instead of hanging in a collective).
+    Must run before any JAX computation. With more than one process it also starts vit_jax.parallel.watchdog:
+    when a process dies or raises, every process exits non-zero within about `heartbeat_timeout_s` with a
+    message naming it, instead of hanging in a collective. JAX's own heartbeat timeout is then set to twice that,
+    as a backstop that only fires if the watchdog cannot run.
     """
-    kw = dict(heartbeat_timeout_seconds=int(heartbeat_timeout_s), initialization_timeout=int(initialization_timeout_s))
+    jax_heartbeat = int(heartbeat_timeout_s) * (2 if watchdog else 1)
+    kw = dict(heartbeat_timeout_seconds=jax_heartbeat, initialization_timeout=int(initialization_timeout_s))
     if coordinator:
         if num_processes <= 0 or process_id < 0:
             raise ValueError("distributed.coordinator needs distributed.num_processes and distributed.process_id")
         jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
                                    process_id=process_id, **kw)
-        return True
-    if cluster_detected():
-        jax.distributed.initialize(**kw)
-        return True
-    return False
+    elif (kind := cluster_detected()) is not None:
+        try:
+            jax.distributed.initialize(**kw)
+        except ValueError as e:
+            if kind != "auto":
+                raise
+            raise RuntimeError(f"{ENV_SWITCH}=auto but JAX found no cluster to join ({e}); unset {ENV_SWITCH} "
+                               "or pass --config.distributed.coordinator") from e
+    else:
+        return False
+    if watchdog:
+        from vit_jax.parallel import watchdog as watchdog_lib
+
+        watchdog_lib.start(lost_after_s=heartbeat_timeout_s)
+    return True
