@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""SLURM GPU clusters: writes an sbatch script for a multi-node training run and submits it.
+
+    python launch/slurm.py --nodes 4 --gpus-per-node 8 --partition h200 --time 24:00:00 \\
+        --workdir /shared/runs/vit_b16 -- --config=configs/demo.py --config.batch_size=4096
+
+`srun` starts one trainer process per GPU (or per node with --per-node); `jax.distributed.initialize()` reads the
+SLURM_* variables (coordinator on the first node). Preemption and the time limit end in a checkpoint, not lost
+work: SIGTERM reaches the trainer `--signal-lead` seconds before the limit (and on preemption), the trainer saves at
+the same step on every process and exits 0, and the script requeues the job, which resumes from WORKDIR. A lost
+peer (exit 75) is requeued up to --max-restarts times; other failures end the job.
+
+`--dry-run` prints the script and the sbatch command without writing or submitting anything. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+LOST_PEER_EXIT_CODE = 75  # vit_jax.parallel.watchdog.LOST_PEER_EXIT_CODE
+
+# Why each setting is there: docs/launching.md ("GPU settings").
+GPU_ENV = {
+    # Overlap the gradient all-reduce (and FSDP all-gathers) with compute.
+    "XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true",
+    # Leave ~10% of each GPU to NCCL buffers, cuDNN/cuBLAS workspaces and the CUDA context.
+    "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.90",
+    # NCCL errors (e.g. a failed InfiniBand link) in the job log instead of a bare 'unhandled system error'.
+    "NCCL_DEBUG": "WARN",
+    "TF_CPP_MIN_LOG_LEVEL": "3",
+}
+
+
+@dataclasses.dataclass
+class SlurmJob:
+    """Everything the sbatch script depends on."""
+
+    workdir: str
+    trainer_args: list[str]
+    nodes: int = 1
+    gpus_per_node: int = 8
+    per_node: bool = False  # one process per node (all its GPUs) instead of one per GPU
+    job_name: str = "vit_jax"
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    time: str = "24:00:00"
+    cpus_per_task: int = 0
+    exclusive: bool = True
+    signal_lead_s: int = 120
+    max_restarts: int = 3
+    python: str = "python"
+    repo: str = str(REPO)
+    setup: list[str] = dataclasses.field(default_factory=list)  # shell lines run before srun (modules, venv)
+    env: dict[str, str] = dataclasses.field(default_factory=dict)  # added to / overriding GPU_ENV
+
+    @property
+    def tasks_per_node(self) -> int:
+        return 1 if self.per_node else self.gpus_per_node
+
+    @property
+    def num_processes(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    def validate(self) -> None:
+        if not os.path.isabs(self.workdir) or any(c.isspace() for c in self.workdir):
+            raise ValueError(f"--workdir must be an absolute path without spaces on the cluster's shared "
+                             f"filesystem (the log and the requeue check live there), got {self.workdir!r}")
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise ValueError("--nodes and --gpus-per-node must be at least 1")
+        if any(a.startswith(("--workdir", "--config.distributed.")) for a in self.trainer_args):
+            raise ValueError("pass --workdir to slurm.py, and no --config.distributed.* flags: SLURM sets them")
+
+
+def sbatch_lines(job: SlurmJob) -> list[str]:
+    lines = [f"--job-name={job.job_name}", f"--nodes={job.nodes}", f"--ntasks-per-node={job.tasks_per_node}",
+             f"--gpus-per-node={job.gpus_per_node}", f"--time={job.time}",
+             # Preempted or out of time: back to the queue (the trainer resumes from the workdir).
+             "--requeue",
+             # SIGTERM to every task before the time limit: the trainer saves and exits 0.
+             f"--signal=TERM@{job.signal_lead_s}",
+             # A requeued job keeps its id: one log, appended to.
+             f"--output={job.workdir}/slurm-%j.out", "--open-mode=append"]
+    lines += [f"--{k}={v}" for k, v in (("partition", job.partition), ("account", job.account),
+                                        ("qos", job.qos), ("cpus-per-task", job.cpus_per_task)) if v]
+    if job.exclusive:
+        lines.append("--exclusive")
+    return [f"#SBATCH {line}" for line in lines]
+
+
+def render_script(job: SlurmJob) -> str:
+    """The sbatch script (bash)."""
+    job.validate()
+    env = {**GPU_ENV, **job.env, "VIT_JAX_DISTRIBUTED": "auto"}
+    if job.per_node:
+        # Under SLURM JAX gives each process only the GPU of its SLURM_LOCALID; one process per node needs all.
+        env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(i) for i in range(job.gpus_per_node))
+    exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    train = shlex.join([job.python, "-m", "vit_jax.main", f"--workdir={job.workdir}", *job.trainer_args])
+    workdir = shlex.quote(job.workdir)
+    mode = "one process per node" if job.per_node else "one process per GPU"
+    return "\n".join([
+        "#!/bin/bash",
+        f"# vit_jax training: {job.nodes} node(s) x {job.gpus_per_node} GPU(s), {mode} "
+        f"({job.num_processes} JAX processes). Generated by launch/slurm.py; see docs/launching.md.",
+        *sbatch_lines(job),
+        "",
+        "set -uo pipefail",
+        *exports,
+        f"cd {shlex.quote(job.repo)}",
+        *job.setup,
+        f'echo "[slurm] job $SLURM_JOB_ID, restart ${{SLURM_RESTART_COUNT:-0}}, nodes $SLURM_JOB_NODELIST"',
+        "",
+        "# The batch shell gets SIGTERM too on preemption; it must outlive srun to requeue the job.",
+        "trap 'echo \"[slurm] SIGTERM: the trainer saves a checkpoint and stops\"' TERM",
+        f"srun --kill-on-bad-exit=1 --label {train} &",
+        "srun_pid=$!",
+        "while :; do",
+        '  wait "$srun_pid"; rc=$?',
+        '  kill -0 "$srun_pid" 2>/dev/null || break  # wait returns early when a trapped signal arrives',
+        "done",
+        "",
+        f"if [ -f {workdir}/summary.json ]; then",
+        '  echo "[slurm] training finished"; exit 0',
+        "fi",
+        'if [ "$rc" -eq 0 ]; then',
+        '  echo "[slurm] stopped before the end (time limit or preemption): requeueing to resume"',
+        '  scontrol requeue "$SLURM_JOB_ID"; exit 0',
+        "fi",
+        f'if [ "$rc" -eq {LOST_PEER_EXIT_CODE} ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {job.max_restarts} ]; then',
+        '  echo "[slurm] a process was lost (exit $rc): requeueing to resume from the last checkpoint"',
+        '  scontrol requeue "$SLURM_JOB_ID"; exit 0',
+        "fi",
+        'echo "[slurm] training failed with exit code $rc"',
+        'exit "$rc"',
+        "",
+    ])
+
+
+def default_script_path(job: SlurmJob) -> Path:
+    return Path(job.workdir) / f"{job.job_name}.sbatch"
+
+
+def submit(job: SlurmJob, script_path: Path | None = None, dry_run: bool = False) -> int:
+    """Writes the script and runs sbatch (dry run: prints both, touches nothing)."""
+    script = render_script(job)
+    path = script_path or default_script_path(job)
+    command = ["sbatch", str(path)]
+    if dry_run:
+        print(f"# {path}\n{script}\n# submit with:\n{shlex.join(command)}")
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Path(job.workdir).mkdir(parents=True, exist_ok=True)  # sbatch --output needs the folder to exist
+    path.write_text(script)
+    print(f"wrote {path}\n{shlex.join(command)}", flush=True)
+    return subprocess.run(command).returncode
+
+
+def parse_args(argv: Sequence[str]) -> tuple[SlurmJob, argparse.Namespace]:
+    argv = list(argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workdir", required=True, help="absolute path on the shared filesystem")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--per-node", action="store_true", help="one process per node instead of one per GPU")
+    p.add_argument("--job-name", default="vit_jax")
+    p.add_argument("--partition", default="")
+    p.add_argument("--account", default="")
+    p.add_argument("--qos", default="")
+    p.add_argument("--time", default="24:00:00", help="time limit per allocation (the job requeues itself)")
+    p.add_argument("--cpus-per-task", type=int, default=0, help="0: the cluster's default")
+    p.add_argument("--exclusive", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--signal-lead", type=int, default=120, help="seconds before the time limit to send SIGTERM")
+    p.add_argument("--max-restarts", type=int, default=3, help="requeues after a lost process (exit 75)")
+    p.add_argument("--python", default="python", help="the Python of the environment with vit_jax installed")
+    p.add_argument("--repo", default=str(REPO), help="checkout the job runs in")
+    p.add_argument("--setup", action="append", default=[], help="shell line before srun (repeatable)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment (repeatable)")
+    p.add_argument("--script", type=Path, default=None, help="where to write the script (default: WORKDIR)")
+    p.add_argument("--dry-run", action="store_true", help="print the script and the sbatch command only")
+    args = p.parse_args(argv[:split])
+    bad = [e for e in args.env if "=" not in e]
+    if bad:
+        p.error(f"--env needs KEY=VALUE, got {bad[0]!r}")
+    job = SlurmJob(workdir=args.workdir, trainer_args=argv[split + 1:], nodes=args.nodes,
+                   gpus_per_node=args.gpus_per_node, per_node=args.per_node, job_name=args.job_name,
+                   partition=args.partition, account=args.account, qos=args.qos, time=args.time,
+                   cpus_per_task=args.cpus_per_task, exclusive=args.exclusive, signal_lead_s=args.signal_lead,
+                   max_restarts=args.max_restarts, python=args.python, repo=args.repo, setup=args.setup,
+                   env=dict(e.split("=", 1) for e in args.env))
+    return job, args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    job, args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return submit(job, args.script, dry_run=args.dry_run)
+    except ValueError as e:
+        print(f"slurm.py: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
