@@ -1,0 +1,18 @@
+"""`vit-jax bench data` runs end to end on a few images and reports every number the docs quote."""
+
+import json
+
+from vit_jax.data import bench
+
+
+def test_data_bench_smoke(capsys):
+    args = ["--num_images", "8", "--batch", "4", "--steps", "2", "--repeats", "1", "--size", "32", "--workers",
+            "1,2", "--no_device", "--stages", "--json"]
+    assert bench.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [(r["workers"], r["to_device"]) for r in result["ours"]] == [(1, False), (2, False)]
+    for r in result["ours"] + [result["tensorflow"], result["tensorflow_per_call"]]:
+        assert r["images"] > 0 and r["images_per_cpu_s"] > 0 and r["images_per_s"] > 0
+    assert result["ratio_per_core"] > 0 and result["scaling_2_workers_wall"] > 0
+    assert set(result["stages"]) == {"ours_ms", "tensorflow_ms", "dct_scales"}
+    assert all(ms > 0 for ms in result["stages"]["ours_ms"].values())
