@@ -37,10 +37,11 @@ def initialize(coordinator: str = "", num_processes: int = 0, process_id: int = 
 
     Must run before any JAX computation. With more than one process it also starts vit_jax.parallel.watchdog:
     when a process dies or raises, every process exits non-zero within about `heartbeat_timeout_s` with a
-    message naming it, instead of hanging in a collective. JAX's own heartbeat timeout is then set to twice that,
-    as a backstop that only fires if the watchdog cannot run.
+    message naming it, instead of hanging in a collective. JAX's own heartbeat timeout T then becomes a backstop,
+    3 * heartbeat_timeout_s + 10: JAX declares a process dead between T/2 and T after its death (measured: its
+    heartbeats are T/2 apart), so it must not cut in while the watchdog stops the job cleanly.
     """
-    jax_heartbeat = int(heartbeat_timeout_s) * (2 if watchdog else 1)
+    jax_heartbeat = 3 * int(heartbeat_timeout_s) + 10 if watchdog else int(heartbeat_timeout_s)
     kw = dict(heartbeat_timeout_seconds=jax_heartbeat, initialization_timeout=int(initialization_timeout_s))
     if coordinator:
         if num_processes <= 0 or process_id < 0:

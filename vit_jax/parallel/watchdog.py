@@ -5,8 +5,9 @@ What JAX (0.10, measured on CPU with gloo) does on its own, and the gaps this mo
 
 - A process is SIGKILLed (OOM killer, lost host): the coordination service notices its missing heartbeats and
   *aborts* every survivor (SIGABRT from a C++ thread, exit -6, possibly a core dump) with "tasks are unhealthy
-  (stopped sending heartbeats): N" buried in a stack dump. Here process 0 notices first (JAX's own timeout is set
-  to twice ours as a backstop) and every process exits with LOST_PEER_EXIT_CODE and "lost peer process N (host)".
+  (stopped sending heartbeats): N" buried in a stack dump. Here process 0 notices first (distributed.initialize
+  makes JAX's own timeout a later backstop) and every process exits with LOST_PEER_EXIT_CODE and
+  "lost peer process N (host)".
 - Process 0, which hosts the coordination service, dies: JAX aborts the others at once ("leader task ... died").
   Nothing to add; it is fast.
 - A Python exception in one process: it prints the traceback, then blocks in JAX's exit-time shutdown barrier for
