@@ -166,7 +166,9 @@ class LocalJob:
 def run(command: Sequence[str], num_processes: int, **kw) -> int:
     """Runs the job to the end with signal forwarding; the Python entry point for other tools (e.g. sweeps)."""
     job = LocalJob(command, num_processes, **kw)
-    previous = {s: signal.signal(s, job.on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    # Signal handlers can only be installed from the main thread; elsewhere the caller forwards signals itself.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, job.on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
     try:
         return job.wait()
     finally:
