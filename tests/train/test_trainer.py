@@ -126,3 +126,12 @@ def test_eval_command_reproduces_the_final_evaluation(finished_run, tmp_path):
     assert result["eval/count"] == 360
     assert result["eval/top1"] == pytest.approx(summary["final"]["eval/top1"], abs=1e-9)
     assert result["fewshot/digits/5shot"] == pytest.approx(summary["final"]["fewshot/digits/5shot"], abs=1e-9)
+
+
+def test_a_relative_workdir_works(tmp_path, digits_data_dir, monkeypatch):
+    # Orbax rejects relative checkpoint paths; `make demo` passes workdirs/demo.
+    monkeypatch.chdir(tmp_path)
+    summary = Trainer(demo_config(digits_data_dir, total_steps=2), "rel/run").train()
+    assert summary["workdir"] == str(tmp_path / "rel" / "run")
+    assert os.listdir(tmp_path / "rel" / "run" / "checkpoints") == ["2"]
+    assert (tmp_path / "rel" / "run" / "summary.json").exists()

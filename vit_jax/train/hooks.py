@@ -247,8 +247,8 @@ def write_summary(trainer, step: int, hooks: list[Hook]) -> dict[str, Any]:
     m = trainer.model_cfg
     summary = {
         "status": "finished",
-        "name": os.path.basename(os.path.normpath(trainer.workdir)),
-        "workdir": os.path.abspath(trainer.workdir),
+        "name": os.path.basename(trainer.workdir.rstrip("/")),
+        "workdir": trainer.workdir,
         "model": {"name": m.name, "variant": c.model.variant, "params": trainer.model.num_params(),
                   "image_size": list(m.image_size), "patch_size": list(m.patch_size),
                   "family": "Hybrid" if m.resnet_layers else "ViT"},
@@ -278,14 +278,13 @@ def write_summary(trainer, step: int, hooks: list[Hook]) -> dict[str, Any]:
         "config": c.to_dict(),
     }
     if jax.process_index() == 0:
-        path = os.path.join(trainer.workdir, "summary.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump(summary, f, indent=2, default=_jsonable)
-        os.replace(path + ".tmp", path)
+        from vit_jax.train import workdir as wd
         from vit_jax.train.plots import plot_training_curves
 
-        plot_training_curves(read_jsonl(os.path.join(trainer.workdir, "metrics.jsonl")),
-                             os.path.join(trainer.workdir, "curves.png"), title=m.name)
+        wd.write_bytes(wd.path(trainer.workdir, "summary.json"),
+                       json.dumps(summary, indent=2, default=_jsonable).encode())
+        png = plot_training_curves(read_jsonl(wd.path(trainer.workdir, "metrics.jsonl")), title=m.name)
+        wd.write_bytes(wd.path(trainer.workdir, "curves.png"), png)
     return summary
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
@@ -52,32 +51,42 @@ def device_peak_flops(device=None) -> tuple[float, str]:
 
 
 class MetricWriter:
-    """TensorBoard events (clu) plus `metrics.jsonl`, written by process 0 only; other processes just log."""
+    """TensorBoard events (clu) plus `metrics.jsonl`, written by process 0 only; other processes just log.
+
+    Locally the JSON lines are appended; on a bucket (no append there) the file is rewritten whole at each write.
+    """
 
     def __init__(self, workdir: str, enabled: bool):
         self.enabled = enabled
-        self._jsonl = None
         self._tb = None
         if enabled:
             from clu import metric_writers
 
-            os.makedirs(workdir, exist_ok=True)
-            self._tb = metric_writers.create_default_writer(os.path.join(workdir, "tb"), asynchronous=True)
-            self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+            from vit_jax.train import workdir as wd
+
+            wd.path(workdir).mkdir(parents=True, exist_ok=True)
+            self._tb = metric_writers.create_default_writer(str(wd.path(workdir, "tb")), asynchronous=True)
+            self._path = wd.path(workdir, "metrics.jsonl")
+            self._local = wd.is_local(workdir)
+            self._lines = [] if self._local or not self._path.exists() else self._path.read_text().splitlines(True)
 
     def write(self, step: int, scalars: dict[str, Any]) -> None:
         if not self.enabled:
             return
         clean = {k: float(v) for k, v in scalars.items() if v is not None and np.ndim(v) == 0}
         self._tb.write_scalars(step, clean)
-        self._jsonl.write(json.dumps({"step": int(step), **{k: _json_float(v) for k, v in clean.items()}}) + "\n")
-        self._jsonl.flush()
+        line = json.dumps({"step": int(step), **{k: _json_float(v) for k, v in clean.items()}}) + "\n"
+        if self._local:
+            with open(self._path, "a") as f:
+                f.write(line)
+        else:
+            self._lines.append(line)
+            self._path.write_text("".join(self._lines))
 
     def close(self) -> None:
         if self.enabled:
             self._tb.flush()
             self._tb.close()
-            self._jsonl.close()
 
 
 def _json_float(v: float):
@@ -91,8 +100,10 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
-def read_jsonl(path: str) -> list[dict]:
-    if not os.path.exists(path):
+def read_jsonl(path) -> list[dict]:
+    from etils import epath
+
+    path = epath.Path(path)
+    if not path.exists():
         return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

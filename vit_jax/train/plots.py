@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
+
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def plot_training_curves(rows: list[dict], path: str, title: str = "") -> None:
+def plot_training_curves(rows: list[dict], title: str = "") -> bytes:
+    """The figure as PNG bytes (the caller writes them: the workdir may be a bucket)."""
     def series(key):
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         return [p[0] for p in pts], [p[1] for p in pts]
@@ -37,5 +40,7 @@ def plot_training_curves(rows: list[dict], path: str, title: str = "") -> None:
         axes[2].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
+    return buf.getvalue()

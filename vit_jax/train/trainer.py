@@ -8,7 +8,6 @@ complete checkpoint in the workdir (auto-resume), or built from a pretrained che
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from typing import Any
@@ -20,6 +19,7 @@ from vit_jax import __version__
 from vit_jax.checkpoints.training import RunCheckpointer, git_commit, model_meta
 from vit_jax.train import config as config_lib
 from vit_jax.train import hooks as hooks_lib
+from vit_jax.train import workdir as wd
 from vit_jax.train.metrics import TPU_CORES, MetricWriter, device_peak_flops, table_lookup
 from vit_jax.train.program import build_program
 
@@ -37,10 +37,10 @@ class Trainer:
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         config_lib.validate(config)
         self.config = config
-        self.workdir = workdir
+        self.workdir = workdir = wd.resolve(workdir)  # Orbax needs absolute paths; buckets stay as they are
         self.is_main = jax.process_index() == 0
         if self.is_main:
-            os.makedirs(workdir, exist_ok=True)
+            wd.path(workdir).mkdir(parents=True, exist_ok=True)
         self.t_start = time.time()
         self._setup_data()
         self._setup_model_and_optimizer()
@@ -72,7 +72,7 @@ class Trainer:
     def _setup_state(self) -> None:
         c = self.config
         ck = c.checkpoint
-        self.ckpt = RunCheckpointer(os.path.join(self.workdir, "checkpoints"), keep=ck.keep,
+        self.ckpt = RunCheckpointer(str(wd.path(self.workdir, "checkpoints")), keep=ck.keep,
                                     keep_every=ck.keep_every_steps, async_save=ck.async_save)
         self.progress = {"train_time_s": 0.0, "best": {}}
         latest = self.ckpt.latest_step()
