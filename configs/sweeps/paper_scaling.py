@@ -5,7 +5,7 @@ transfer sets, which takes TPU-pod days per model (ViT-H/14 for 14 epochs is the
 launcher from a machine that can reach the pod and the bucket (see docs/sweeps.md):
 
     vit-jax sweep run configs/sweeps/paper_scaling.py --root gs://BUCKET/sweeps/paper_scaling \
-        --launcher=tpu --launcher-arg=--tpu=POD_NAME --launcher-arg=--zone=ZONE
+        --launcher=tpu --launcher-arg=--name=POD_NAME --launcher-arg=--zone=ZONE
     vit-jax sweep report gs://BUCKET/sweeps/paper_scaling --metric fewshot/imagenet2012/10shot --compare-paper
 
 The paper trained on JFT-300M; its Table 6 points are what `--compare-paper` overlays. It ran every model at

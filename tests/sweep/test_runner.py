@@ -93,15 +93,30 @@ def test_dry_run_prints_every_command_and_launches_nothing(sweep_file, tmp_path,
 
 def test_tpu_launcher_dry_run_uses_launch_script_contract(sweep_file, tmp_path, capsys):
     root = "gs://bucket/sweeps/s1"
-    assert cli.main(["run", str(sweep_file), "--root", root, "--launcher=tpu", "--launcher-arg=--tpu=pod-1",
-                     "--dry-run"]) == 0
+    assert cli.main(["run", str(sweep_file), "--root", root, "--launcher=tpu", "--launcher-arg=--name=pod-1",
+                     "--launcher-arg=--zone=us-central2-b", "--dry-run"]) == 0
     commands = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
     first = commands[0]
     assert first[1].endswith("launch/tpu_vm.py")
-    assert first[2:6] == ["--name=model.width=16,total_steps=10",
-                          "--workdir=gs://bucket/sweeps/s1/model.width=16,total_steps=10", "--tpu=pod-1", "--"]
-    assert first[6].startswith("--config=")
-    assert first[7] == "--workdir=gs://bucket/sweeps/s1/model.width=16,total_steps=10"
+    assert first[2:7] == ["launch", "--workdir=gs://bucket/sweeps/s1/model.width=16,total_steps=10", "--name=pod-1",
+                          "--zone=us-central2-b", "--"]
+    assert first[7].startswith("--config=")
+    assert not any(a.startswith("--workdir") for a in first[7:])  # the launcher sets the trainer's workdir
+
+
+@pytest.mark.parametrize("kind,extra", [("tpu", ["--name=pod-1", "--zone=us-central2-b", "--accelerator-type=v4-32"]),
+                                        ("slurm", ["--nodes=2", "--gpus-per-node=8"])])
+def test_the_real_launch_scripts_accept_the_sweep_command_lines(kind, extra, tmp_path):
+    # The contract end to end: the sweep's command line, run through the actual launch/ script in dry-run mode.
+    import subprocess
+
+    launcher = make_launcher(kind, extra_args=[*extra, "--dry-run"])
+    workdir = str(tmp_path / "model.width=16,total_steps=10") if kind == "slurm" else "gs://b/s/run1"
+    cmd = launcher.command(["--config=configs/demo.py", f"--workdir={workdir}", "--config.total_steps=10"], workdir)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    assert "--config.total_steps=10" in out.stdout and workdir in out.stdout
+    assert launcher.asynchronous == (kind == "slurm")
 
 
 def test_missing_launch_script_is_a_clear_error(tmp_path):

@@ -5,14 +5,17 @@ A launcher is a callable `launcher(trainer_args, workdir) -> exit code` that run
 it would execute (what `--dry-run` prints).
 
 - local: a subprocess on this machine, output appended to WORKDIR/log.txt.
-- tpu / slurm: hand the run to the repository's launch scripts with this command line (the contract those scripts
-  implement; extra flags from `--launcher-arg` go before the `--`):
+- tpu / slurm: hand the run to the repository's launch scripts (docs/launching.md); extra flags from
+  `--launcher-arg` (the pod's `--name`, `--zone`, `--accelerator-type`; the SLURM `--nodes`, `--partition`, ...) go
+  before the `--`:
 
-      python launch/tpu_vm.py --name=RUN --workdir=WORKDIR [LAUNCHER_ARGS...] -- TRAINER_ARGS...
-      python launch/slurm.py  --name=RUN --workdir=WORKDIR [LAUNCHER_ARGS...] -- TRAINER_ARGS...
+      python launch/tpu_vm.py launch --workdir=WORKDIR [LAUNCHER_ARGS...] -- TRAINER_ARGS...
+      python launch/slurm.py --workdir=WORKDIR --job-name=RUN [LAUNCHER_ARGS...] -- TRAINER_ARGS...
 
-  where TRAINER_ARGS are the arguments of `python -m vit_jax.main`. The script starts the trainer (on every host of
-  the pod / every task of the allocation), waits for it, and exits with the trainer's exit code.
+  where TRAINER_ARGS are the arguments of `python -m vit_jax.main` without `--workdir` (the launchers set it). The
+  TPU launcher runs the trainer on every worker of the pod and blocks until it ends (runs go one after another on
+  the pod); the SLURM launcher submits a batch job and returns, so all runs of a sweep queue at once and
+  `vit-jax sweep status` follows them.
 """
 
 from __future__ import annotations
@@ -91,10 +94,18 @@ class ScriptLauncher:
         self.extra_args = list(extra_args)
         self.python = python
 
+    @property
+    def asynchronous(self) -> bool:
+        """True when the command only submits the run (SLURM): it ends before the training does."""
+        return self.kind == "slurm"
+
     def command(self, trainer_args: Sequence[str], workdir: str) -> list[str]:
-        name = as_path(workdir).name
-        return [self.python, str(self.script), f"--name={name}", f"--workdir={workdir}", *self.extra_args, "--",
-                *trainer_args]
+        args = [a for a in trainer_args if not a.startswith("--workdir=")]
+        if self.kind == "tpu":
+            head = ["launch", f"--workdir={workdir}"]
+        else:
+            head = [f"--workdir={workdir}", f"--job-name={as_path(workdir).name}"]
+        return [self.python, str(self.script), *head, *self.extra_args, "--", *args]
 
     def __call__(self, trainer_args: Sequence[str], workdir: str) -> int:
         if not self.script.is_file():

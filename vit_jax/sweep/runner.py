@@ -86,6 +86,9 @@ def run_sweep(sweep: Sweep, root: str, launcher: Launcher, *, only: list[str] | 
         returncode = launcher(run.trainer_args(sweep.base, workdir), workdir)
         seconds = time.time() - start
         _record_attempt(workdir, commands[run.name], returncode, seconds)
+        if getattr(launcher, "asynchronous", False):
+            print(f"submitted, exit code {returncode}", file=out, flush=True)
+            continue
         state = read_run(workdir, run.name)
         value = state.metric(metric)
         result = f"{metric} {100 * value:.2f}%" if value is not None else "no metric"
@@ -93,6 +96,10 @@ def run_sweep(sweep: Sweep, root: str, launcher: Launcher, *, only: list[str] | 
 
     states = [read_run(workdir_of(root, r), r.name) for r in runs]
     print("\n" + status_table(states, metric), file=out)
+    if getattr(launcher, "asynchronous", False):
+        print(f"\nruns were submitted as batch jobs; `vit-jax sweep status {sweep.source} --root {root}` follows "
+              "them, and re-running this command resubmits only the unfinished ones.", file=out)
+        return 0
     unfinished = [s.name for s in states if not s.finished]
     if unfinished:
         print(f"\n{len(unfinished)} of {n} runs did not finish (logs: {root}/RUN/log.txt); re-run the same "
