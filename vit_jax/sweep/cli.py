@@ -26,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--launcher", default="local", choices=LAUNCHERS,
                      help="local: subprocesses here, one after another; tpu/slurm: launch/ scripts")
     run.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
-                     help="extra flag for the launch/ script (repeatable), e.g. --launcher-arg=--tpu=my-pod")
+                     help="extra flag for the launch/ script (repeatable), e.g. --launcher-arg=--name=my-pod")
     run.add_argument("--trainer", default=None,
                      help=f"command that trains (default: ${TRAINER_ENV}, else `python -m vit_jax.main`)")
     run.add_argument("--only", action="append", default=None, metavar="GLOB",
