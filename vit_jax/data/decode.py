@@ -97,8 +97,9 @@ def jpeg_size(data: bytes) -> tuple[int, int] | None:
 def jpeg_draft_scale(crop_w: float, crop_h: float, out_w: int, out_h: int) -> int:
     """The largest JPEG DCT reduction (1, 2, 4 or 8) that still leaves the crop at least the output size.
 
-    Decoding at 1/2, 1/4 or 1/8 scale inside libjpeg skips most of the inverse DCT work; as long as the crop stays
-    at least as large as the output, the final resize still only shrinks, so quality is unchanged in practice.
+    Decoding at 1/2, 1/4 or 1/8 scale inside libjpeg does less inverse-DCT, upsampling and colour work (the
+    entropy decoding, ~60% of a full decode here, stays); as long as the crop stays at least as large as the output,
+    the final resize still only shrinks, and DCT-domain downscaling is itself a good antialiasing filter.
     """
     scale = 1
     while scale < 8 and crop_w / (2 * scale) >= out_w and crop_h / (2 * scale) >= out_h:
