@@ -164,6 +164,22 @@ def test_flip_value_range_normalize():
     np.testing.assert_allclose(norm, [[[1.0, 1.0, 1.0]]])
 
 
+def test_value_range_and_normalize_give_numpys_float32_arithmetic_for_every_layout():
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, shape, dtype=np.uint8) for shape in ((6, 7, 3), (6, 7), (6, 7, 1), (6, 7, 4))]
+    images += [images[0][:, ::2], images[0].astype(np.float32) / 3]  # a strided view, a float image
+    for image in images:
+        want = np.multiply(image, np.float32(2 / 255), dtype=np.float32) + np.float32(-1)
+        np.testing.assert_array_equal(run("value_range(-1, 1)", {"image": image})["image"], want)
+        want = np.multiply(image, np.float32(0.5 / 190), dtype=np.float32) + np.float32(-10 * 0.5 / 190)
+        np.testing.assert_array_equal(run("value_range(0, 0.5, 10, 200)", {"image": image})["image"], want)
+        if image.ndim == 3 and image.shape[2] == 3:
+            mean, std = np.float32([120, 115, 100]), np.float32([60, 61, 62])
+            want = (image.astype(np.float32) - mean) * (np.float32(1) / std)
+            np.testing.assert_array_equal(run("normalize((120, 115, 100), (60, 61, 62))", {"image": image})["image"],
+                                          want)
+
+
 def test_onehot_smoothing_multihot_keep_drop():
     ex = {"label": 2, "labels": [0, 3], "id": b"x", "image": np.zeros((1, 1, 3), np.uint8)}
     np.testing.assert_array_equal(run("onehot(4)", ex)["labels"], [0, 0, 1, 0])

@@ -68,6 +68,26 @@ def resize(image: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     return out.reshape((out_h, out_w) + image.shape[2:])
 
 
+def lookup(image: np.ndarray, table: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """table[image] for a uint8 image (H, W[, C]) and a float32 table of 256 values (or (256, C): per channel).
+
+    One pass over the pixels with OpenCV's LUT: ~55 us at 224x224x3 into a cache-cold batch row, against ~80 us for
+    numpy's multiply-then-add, and the values are the table's, so a table computed with numpy gives numpy's exact
+    results. Writes into `out` (float32, the image's shape) if given. Returns None for layouts OpenCV cannot
+    handle in place (the caller then computes with numpy).
+    """
+    channels = 1 if image.ndim == 2 else image.shape[2]
+    if (image.dtype != np.uint8 or image.ndim not in (2, 3) or channels not in (1, 3, 4) or image.shape[-1] == 1
+            or table.dtype != np.float32 or table.shape[0] != 256 or table.size // 256 not in (1, channels)):
+        return None
+    if out is None:
+        out = np.empty(image.shape, np.float32)
+    elif out.shape != image.shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        return None
+    result = cv2.LUT(image, table.reshape(256, 1, table.size // 256), dst=out)
+    return out if result is out else None
+
+
 def flip_lr(image: np.ndarray) -> np.ndarray:
     """A contiguous left-right mirror of an (H, W[, C]) array."""
     if image.dtype in (np.uint8, np.float32) and (image.ndim == 2 or (image.ndim == 3 and image.shape[2] <= 4)):

@@ -181,11 +181,18 @@ def make_value_range(lo: float = -1.0, hi: float = 1.0, in_min: float = 0.0, in_
     scale = np.float32((hi - lo) / (in_max - in_min))
     offset = np.float32(lo - in_min * (hi - lo) / (in_max - in_min))
 
+    def affine(image: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        out = np.multiply(image, scale, out=out, dtype=np.float32)
+        out += offset
+        return out
+
+    table = affine(np.arange(256, dtype=np.uint8), None)  # uint8 images: the same arithmetic, looked up
+
     def op(ex: Example, rng: np.random.Generator) -> Example:
         image = _pixels(ex, "value_range")
-        out = np.multiply(image, scale, out=_float_output(ex, image.shape), dtype=np.float32)
-        out += offset
-        return _with_image(ex, out)
+        out = _float_output(ex, image.shape)
+        looked_up = cv.lookup(image, table, out)
+        return _with_image(ex, affine(image, out) if looked_up is None else looked_up)
 
     return op
 
@@ -196,11 +203,19 @@ def make_normalize(mean: float | tuple = 0.0, std: float | tuple = 1.0) -> Op:
     mean_a = np.asarray(mean, np.float32)
     inv_std = np.float32(1.0) / np.asarray(std, np.float32)
 
+    def affine(image: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        out = np.subtract(image, mean_a, out=out, dtype=np.float32)
+        out *= inv_std
+        return out
+
+    # uint8 images: the same arithmetic, looked up (per channel when mean or std are).
+    values = np.arange(256, dtype=np.uint8).reshape((256,) + (1,) * max(mean_a.ndim, inv_std.ndim))
+    table = affine(values, None) if max(mean_a.ndim, inv_std.ndim) <= 1 else None
+
     def op(ex: Example, rng: np.random.Generator) -> Example:
         image = _pixels(ex, "normalize")
         out = _float_output(ex, np.broadcast_shapes(image.shape, mean_a.shape, inv_std.shape))
-        out = np.subtract(image, mean_a, out=out, dtype=np.float32)
-        out *= inv_std
-        return _with_image(ex, out)
+        looked_up = None if table is None else cv.lookup(image, table, out)
+        return _with_image(ex, affine(image, out) if looked_up is None else looked_up)
 
     return op
