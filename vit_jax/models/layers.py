@@ -154,6 +154,12 @@ class HeadProjection(nnx.Module):
         y = jnp.einsum("btd,dhk->bthk", x, self.kernel[...].astype(x.dtype)) + self.bias[...].astype(x.dtype)
         return constrain(y, ("batch", "seq", "heads", "kv"))
 
+    def heads_first(self, x: jax.Array) -> jax.Array:
+        """(B, T, D) -> (B, heads, T, head_dim): the layout the attention matmuls batch over, with no transposes."""
+        y = jnp.einsum("btd,dhk->bhtk", x, self.kernel[...].astype(x.dtype))
+        y = y + self.bias[...].astype(x.dtype)[:, None, :]
+        return constrain(y, ("batch", "heads", "seq", "kv"))
+
 
 class OutProjection(nnx.Module):
     """Attention output projection: kernel (heads, head_dim, embed), bias (embed,)."""
@@ -166,16 +172,51 @@ class OutProjection(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         return jnp.einsum("bthk,hkd->btd", x, self.kernel[...].astype(x.dtype)) + self.bias[...].astype(x.dtype)
 
+    def heads_first(self, x: jax.Array) -> jax.Array:
+        """(B, heads, T, head_dim) -> (B, T, D)."""
+        return jnp.einsum("bhtk,hkd->btd", x, self.kernel[...].astype(x.dtype)) + self.bias[...].astype(x.dtype)
+
+
+def _attention_heads_first(q, k, v) -> jax.Array:
+    """Softmax attention over (B, heads, T, head_dim) inputs, returning the same layout.
+
+    On NVIDIA GPUs in 16-bit: cuDNN's fused flash-attention kernel (JAX's default implementation is XLA's own ops on
+    every platform, which on a GPU materialises the (B, heads, T, T) logits; shapes, dtypes or cuDNN versions the
+    kernel rejects while tracing fall back). Elsewhere: XLA's ops, written in this layout because it is the one the
+    batched matmuls want: on CPU that saves transposes of q, k, v and the output in both passes (~8% of a ViT-S/16
+    train step). Logits and softmax are float32 whatever the compute dtype, as in `jax.nn.dot_product_attention`.
+    """
+    half = q.dtype in (jnp.bfloat16, jnp.float16)
+    if half and jax.default_backend() == "gpu":
+        try:
+            out = jax.nn.dot_product_attention(*(jnp.swapaxes(a, 1, 2) for a in (q, k, v)), implementation="cudnn")
+            return jnp.swapaxes(out, 1, 2)
+        except (ValueError, NotImplementedError, RuntimeError, TypeError):
+            pass
+    logits_dtype = jnp.promote_types(q.dtype, jnp.float32)
+    # 16-bit inputs with float32 logits: an explicit precision keeps the backward pass's dtypes consistent (the same
+    # choice as jax.nn.dot_product_attention); backends that lack that algorithm use the default.
+    presets = {jnp.dtype(jnp.bfloat16): jax.lax.DotAlgorithmPreset.BF16_BF16_F32,
+               jnp.dtype(jnp.float16): jax.lax.DotAlgorithmPreset.F16_F16_F32}
+    precision = presets.get(jnp.dtype(q.dtype))
+    try:
+        logits = jnp.einsum("bhqd,bhkd->bhqk", q, k, precision=precision, preferred_element_type=logits_dtype)
+    except Exception:  # noqa: BLE001 - the algorithm preset is not available on this backend
+        logits = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=logits_dtype)
+    probs = jax.nn.softmax(logits * (1.0 / math.sqrt(q.shape[-1])), axis=-1).astype(v.dtype)
+    return jnp.einsum("bhqk,bhkd->bhqd", probs, v)
+
 
 def attention(q, k, v, *, dropout_rate: float = 0.0, key=None, return_weights: bool = False):
     """Scaled dot-product attention over (batch, time, heads, head_dim) inputs.
 
-    The common path is `jax.nn.dot_product_attention` (cuDNN's fused kernel on GPU where it applies, XLA elsewhere).
+    The common path is `_attention_heads_first` (cuDNN's fused kernel on GPU in 16-bit, XLA elsewhere).
     The explicit softmax path is used when the weights are wanted (analyses) or attention dropout is active, which
     the fused kernel cannot do.
     """
     if not return_weights and (key is None or dropout_rate == 0.0):
-        return jax.nn.dot_product_attention(q, k, v), None
+        out = _attention_heads_first(*(jnp.swapaxes(a, 1, 2) for a in (q, k, v)))
+        return jnp.swapaxes(out, 1, 2), None
     scale = 1.0 / math.sqrt(q.shape[-1])
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
     weights = jax.nn.softmax(logits, axis=-1)
@@ -192,6 +233,9 @@ class MultiHeadAttention(nnx.Module):
         self.out = OutProjection(dim, heads, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x_q, x_kv, *, dropout_rate=0.0, key=None, return_weights=False):
+        if not return_weights and (key is None or dropout_rate == 0.0):
+            q, k, v = self.query.heads_first(x_q), self.key.heads_first(x_kv), self.value.heads_first(x_kv)
+            return self.out.heads_first(_attention_heads_first(q, k, v)), None
         out, weights = attention(self.query(x_q), self.key(x_kv), self.value(x_kv), dropout_rate=dropout_rate,
                                  key=key, return_weights=return_weights)
         return self.out(out), weights
