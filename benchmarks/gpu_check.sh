@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# GPU check: the trainer's train step for ViT-B/16 and ViT-L/16 at 224 px in bf16 on one H100/H200, against the MFU
+# targets (B/16 >= 45 %, L/16 >= 50 % of the dense bf16 peak, 989 TFLOP/s for both).
+#
+#   benchmarks/gpu_check.sh [--cpu-smoke] [OUT_DIR]
+#
+# OUT_DIR defaults to $OUT (the device runner's output folder), else benchmarks/results. Writes one
+# `vit-jax bench train` JSON per model (gpu_B16.json, gpu_L16.json) and gpu_check_summary.json.
+# On a GPU it first installs the CUDA wheels of the pinned jax (set SKIP_INSTALL=1 to skip), then tries each model's
+# batch sizes from the largest (about an H200's 141 GiB with remat off) down until one runs: a failed attempt is
+# an out-of-memory. --cpu-smoke runs the same flow on a tiny model on CPU, without installing anything (tests use it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SMOKE=0
+if [[ "${1:-}" == "--cpu-smoke" ]]; then SMOKE=1; shift; fi
+OUT_DIR="${1:-${OUT:-benchmarks/results}}"
+mkdir -p "$OUT_DIR"
+if [[ -n "${PYTHON:-}" ]]; then PY="$PYTHON"; elif [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi
+JAX_VERSION=0.10.2
+
+# variant|target MFU|attempts (batch:remat, in order)
+if [[ $SMOKE == 1 ]]; then
+  MODELS=("Ti/16|0|4:none")
+  COMMON=(--image-size 32 --patch 8 --width 32 --depth 1 --mlp-dim 64 --heads 2 --num-classes 10 --dtype float32
+          --mesh 1,1,1 --steps 2 --warmup 1 --reference-n 256)
+else
+  MODELS=("B/16|0.45|768:none 512:none 256:none" "L/16|0.50|256:none 192:none 128:none 256:dots_no_batch")
+  COMMON=(--image-size 224 --dtype bfloat16 --mesh 1,1,1 --steps 20 --warmup 3)
+  if [[ "${SKIP_INSTALL:-0}" != 1 ]]; then
+    "$PY" -m pip install -q -U "jax[cuda12]==${JAX_VERSION}" || echo "gpu_check: pip install failed; using the installed jax" >&2
+    "$PY" -c "import flax, optax, ml_collections" 2>/dev/null ||
+      "$PY" -m pip install -q "flax>=0.12.8,<0.13" "optax>=0.2.8,<0.3" "ml-collections>=1.1,<2" || true
+  fi
+  if ! "$PY" -c "import jax, sys; sys.exit(jax.devices()[0].platform != 'gpu')"; then
+    echo "gpu_check: no GPU visible to jax; run with --cpu-smoke to test the flow on CPU" >&2
+    exit 2
+  fi
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}"  # the default 0.75 wastes HBM
+fi
+
+SUMMARY=()
+for entry in "${MODELS[@]}"; do
+  IFS='|' read -r variant target attempts <<< "$entry"
+  name="gpu_${variant//\//}"
+  json="$OUT_DIR/$name.json"
+  rm -f "$json"
+  for attempt in $attempts; do
+    batch="${attempt%%:*}"; remat="${attempt##*:}"
+    echo "gpu_check: $variant batch $batch remat $remat" >&2
+    if "$PY" -m vit_jax.bench.train --variant "$variant" --batch "$batch" --remat "$remat" "${COMMON[@]}" \
+        --json "$json" > "$OUT_DIR/$name.log" 2>&1; then
+      tail -n 1 "$OUT_DIR/$name.log"
+      break
+    fi
+    tail -n 3 "$OUT_DIR/$name.log" >&2
+  done
+  SUMMARY+=("$json|$target")
+done
+
+"$PY" - "$OUT_DIR/gpu_check_summary.json" "${SUMMARY[@]}" <<'EOF'
+import json, os, sys
+out, rows, ok = sys.argv[1], [], True
+for item in sys.argv[2:]:
+    path, target = item.rsplit("|", 1)
+    if not os.path.exists(path):
+        rows.append({"json": path, "ran": False, "pass": False}); ok = False
+        continue
+    r = json.load(open(path))
+    t = r["throughput"]
+    row = {"json": path, "ran": True, "model": r["model"]["name"], "batch": r["args"]["batch"],
+           "remat": r["args"]["remat"], "device": r["environment"]["device_kind"], "mfu": t["mfu"],
+           "target_mfu": float(target), "images_per_s": t["images_per_s"],
+           "step_time_s": t["step_time_s"], "attention_kernel": r["attention_kernel"],
+           "peak_bytes": r["memory"]["xla"].get("peak_estimate_bytes")}
+    row["pass"] = bool(t["mfu"] >= row["target_mfu"])
+    ok &= row["pass"]
+    rows.append(row)
+    print(f"{row['model']} batch {row['batch']} remat {row['remat']} on {row['device']}: MFU {row['mfu']:.3f} "
+          f"(target {row['target_mfu']:.2f}) {row['images_per_s']:.0f} img/s attention={row['attention_kernel']}"
+          f" -> {'PASS' if row['pass'] else 'below target'}")
+json.dump({"all_pass": ok, "results": rows}, open(out, "w"), indent=1)
+EOF
