@@ -62,3 +62,13 @@ def test_bench_eval_json(tmp_path):
     cfg = vit_config("Ti/16", image_size=16, patch_size=8, width=32, depth=1, mlp_dim=64, num_heads=2, num_classes=10)
     assert r["model"]["flops_per_image"] == pytest.approx(vit_flops(cfg).forward)
     _check_consistent(r, 8, 1, r["model"]["flops_per_image"])
+
+
+def test_compile_only_reports_compile_time_and_memory_without_running(tmp_path):
+    out = tmp_path / "aot.json"
+    assert bench_train.main(TINY + ["--batch", "8", "--mesh", "1,1,1", "--scan", "--compile-only",
+                                    "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["compile_only"] and r["compile"]["compile_s"] > 0 and r["args"]["scan"]
+    assert r["memory"]["xla"]["temp_size_in_bytes"] > 0
+    assert "timing" not in r and "final_loss" not in r

@@ -47,6 +47,8 @@ def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 
     p.add_argument("--compile-cache", action="store_true",
                    help="use the persistent compilation cache (off by default so compile times are real)")
     p.add_argument("--reference-n", type=int, default=4096, help="CPU only: size of the reference fp32 matmul")
+    p.add_argument("--compile-only", action="store_true",
+                   help="ahead-of-time compile and report compile time and memory; allocate and run nothing")
     p.add_argument("--json", default="", help="write the result here as JSON")
 
 
@@ -384,6 +386,8 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
         compile_s = time.perf_counter() - t
     log(f"[bench {kind}] {program.model_cfg.name}: lowered in {lower_s:.1f}s, compiled in {compile_s:.1f}s")
 
+    if args.compile_only:
+        return _compile_only_result(kind, prog, argv, args, program, env, lower_s, compile_s, compiled, extra)
     for _ in range(args.warmup):
         run_step(compiled)
     on_cpu = jax.devices()[0].platform == "cpu"
@@ -425,4 +429,21 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
         line += (f"; matmul {ref['matmul_tflops_per_s'] * 1e3:.1f} GFLOP/s, paired ratio {ref['paired_ratio_median']:.3f},"
                  f" CPU-time ratio {ref['cpu_time_ratio']:.3f}")
     print(line, flush=True)
+    return result
+
+
+def _compile_only_result(kind, prog, argv, args, program, env, lower_s, compile_s, compiled, extra) -> dict[str, Any]:
+    result = {
+        "benchmark": kind, "command": command_line(prog, argv), "args": vars(args), "compile_only": True,
+        "model": {"name": program.model_cfg.name, "params": program.model.num_params(),
+                  "seq_len": program.model_cfg.seq_len},
+        "mesh": dict(program.mesh.shape), "environment": env,
+        "compile": {"lower_s": lower_s, "compile_s": compile_s, "total_s": lower_s + compile_s},
+        "memory": {"xla": compiled_memory(compiled), "device_stats": None},
+        **(extra or {}),
+    }
+    write_json(args.json, result)
+    print(f"[bench {kind}] {program.model_cfg.name} batch {args.batch} {args.dtype} scan={args.scan} "
+          f"remat={args.remat}: lowered in {lower_s:.1f}s, compiled in {compile_s:.1f}s (not run); peak "
+          f"{fmt_bytes(result['memory']['xla'].get('peak_estimate_bytes', 0))} per device", flush=True)
     return result

@@ -31,10 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     from vit_jax.bench.train import synthetic_batch
 
     program = common.build(args)
-    batch = synthetic_batch(program, args.batch)
-    batch["_mask"] = jax.device_put(jnp.ones((args.batch,), jnp.bool_), program.batch_sh)
-    params = jax.jit(program.model.init, out_shardings=program.param_sh)(jax.random.key(0))
-    spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=program.batch_sh) for k, v in batch.items()}
+    spec = dict(program.batch_spec(args.batch))
+    spec["_mask"] = jax.ShapeDtypeStruct((args.batch,), jnp.bool_, sharding=program.batch_sh)
+    if not args.compile_only:
+        batch = synthetic_batch(program, args.batch)
+        batch["_mask"] = jax.device_put(jnp.ones((args.batch,), jnp.bool_), program.batch_sh)
+        params = jax.jit(program.model.init, out_shardings=program.param_sh)(jax.random.key(0))
     abstract_params = program.abstract_state["params"]
     out = {}
 
@@ -45,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     forward = program.flops_per_image / 3.0  # flops_per_image counts a training step as 3 forward passes
     result = common.measure("eval", "vit-jax bench eval", argv, args, program,
                             lambda: program.eval_step.lower(abstract_params, spec), run_step, forward)
-    result["examples_counted"] = float(out["sums"]["count"])
-    common.write_json(args.json, result)
+    if not args.compile_only:
+        result["examples_counted"] = float(out["sums"]["count"])
+        common.write_json(args.json, result)
     return 0
 
 

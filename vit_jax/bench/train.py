@@ -51,9 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     program = common.build(args, optimizer=args.optimizer, mu_dtype=args.mu_dtype, micro_batches=args.micro_batches)
-    batch = synthetic_batch(program, args.batch)
     spec = program.batch_spec(args.batch)
-    box = {"state": program.init_state(0), "loss": None}
+    box = {"loss": None}
+    if not args.compile_only:
+        batch = synthetic_batch(program, args.batch)
+        box["state"] = program.init_state(0)
 
     def run_step(compiled) -> None:
         box["state"], metrics = compiled(box["state"], batch)  # the state is donated: always carry the new one
@@ -67,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     result = common.measure("train", "vit-jax bench train", argv, args, program,
                             lambda: program.train_step.lower(program.abstract_state, spec), run_step,
                             program.flops_per_image, extra)
-    result["final_loss"] = float(box["loss"]) if box["loss"] is not None else None
-    common.write_json(args.json, result)
+    if not args.compile_only:
+        result["final_loss"] = float(box["loss"])
+        common.write_json(args.json, result)
     return 0
 
 
