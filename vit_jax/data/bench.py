@@ -177,7 +177,7 @@ class TensorflowReference:
         return _result(steps * self.batch, wall, cpu, threads=1)
 
 
-def _per_image_ms(fn, items: list, repeats: int = 3) -> float:
+def _per_image_ms(fn, items: list, repeats: int = 5) -> float:
     best = float("inf")
     for _ in range(repeats):
         cpu = time.thread_time()
@@ -188,7 +188,7 @@ def _per_image_ms(fn, items: list, repeats: int = 3) -> float:
 
 
 def stages(ds, size: int, reference: TensorflowReference | None) -> dict:
-    """Single-thread CPU milliseconds per image of each stage, ours (best of 3 passes) and TF's (best of 5)."""
+    """Single-thread CPU milliseconds per image of each stage, best of 5 passes (TF: of 5 runs)."""
     from vit_jax.data import cv, decode, indexing, pipeline, pp
     from vit_jax.data.image_ops import sample_inception_box
 
