@@ -31,6 +31,7 @@ def test_cpu_reference_ratios_pair_each_step_with_the_matmuls_around_it():
     assert r["matmul_tflops_per_s"] == pytest.approx(100.0 / 1.5 / 1e12)
     assert r["matmul_tflops_per_s_best"] == pytest.approx(100.0 / 1e12)
     assert r["cpu_time_ratio"] == pytest.approx((50.0 / 2.0) / (100.0 / 3.0))
+    assert r["ratio_vs_best_matmul"] == pytest.approx((50.0 / 1.0) / 100.0)
 
 
 def test_compiled_memory_peak_is_arguments_plus_outputs_minus_donated_plus_temporaries():
