@@ -88,6 +88,9 @@ def test_fused_attention_equals_softmax_path():
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
     manual = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / 4.0, -1)
     np.testing.assert_allclose(weights, manual, atol=1e-6)
+    # The layer's path is jax.nn.dot_product_attention's computation (cuDNN's kernel on GPU, XLA's elsewhere).
+    np.testing.assert_allclose(fused, jax.nn.dot_product_attention(q, k, v), atol=1e-5)
+    np.testing.assert_allclose(fused, jax.nn.dot_product_attention(q, k, v, implementation="xla"), atol=1e-5)
 
 
 def test_intermediates_and_capture(tiny):
