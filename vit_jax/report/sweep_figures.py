@@ -55,6 +55,9 @@ def _panel(ax, rows: list[Row], cost_of, metric: str, xlabel: str, paper: list[R
                 transform=ax.transAxes)
     else:
         ax.set_xscale("log")
+        # A log axis spanning about one decade labels its minor ticks too (2x10^-4, 3x10^-4, ...): tilt them so
+        # they do not run into each other.
+        ax.tick_params(axis="x", which="both", labelrotation=30, labelsize=7)
         handles, labels = ax.get_legend_handles_labels()
         unique = dict(zip(labels, handles))  # one legend entry per label (paper points come one by one)
         ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower right")
