@@ -10,6 +10,9 @@ checkpoints; `loss=sigmoid` (default) uses sigmoid cross-entropy with the head b
 (Steiner et al., 2021), `loss=softmax` the softmax cross-entropy. Expected result: fine-tuned at 384 px on ImageNet,
 B/16 reaches about 84% top-1 (paper Table 2: ViT-B/16 i21k 83.97%, ViT-L/16 i21k 85.15%).
 
+Choose the model with the `variant` argument, not `--config.model.variant=...`: the pre-logits width, scan + remat,
+FSDP and the first-moment dtype are derived from the argument when this file is read, before overrides apply.
+
 Weight decay follows optax's decoupled convention (added to the update and scaled by the learning-rate schedule).
 """
 
@@ -29,7 +32,7 @@ def get_config(arg=None):
     c.model.dropout = 0.1
     c.model.dtype = "bfloat16"
     # Deep models: one compiled block scanned over depth, and rematerialised activations.
-    c.model.scan = any(v.startswith(w) for w in WIDE)
+    c.model.scan = any(v.split("+")[-1].startswith(w) for w in WIDE)  # R50+L/16: the ViT part decides
     c.model.remat = "dots_no_batch" if c.model.scan else "none"
     from vit_jax.models import parse_variant
 
@@ -47,7 +50,7 @@ def get_config(arg=None):
     c.optimizer.grad_clip_norm = 1.0
     c.optimizer.warmup_steps = 10_000
     c.optimizer.schedule = "linear"
-    c.optimizer.mu_dtype = "bfloat16" if v.startswith("H/") else "float32"
+    c.optimizer.mu_dtype = "bfloat16" if v.split("+")[-1].startswith("H/") else "float32"
     if a["loss"] == "sigmoid":
         c.loss.kind = "sigmoid_xent"
         c.model.head_bias_init = -10.0

@@ -99,3 +99,21 @@ def test_shipped_sweeps_expand(path):
     definition = __import__("runpy").run_path(path)["get_sweep"]()
     sweep = expand(definition, source=path)
     assert len(sweep.runs) >= 6 and len({r.name for r in sweep.runs}) == len(sweep.runs)
+
+
+def test_config_args_become_arguments_of_the_base_config_file():
+    sweep = expand({"base": "configs/vit_i21k.py:loss=softmax", "fixed": {"model.dropout": 0.0},
+                    "runs": {"big": {"config_args": "variant=L/16", "optimizer.lr": 4e-4},
+                             "small": {"config_args": {"variant": "B/32", "epochs": 7}}}})
+    big, small = sweep.runs
+    assert (big.name, small.name) == ("big", "small")
+    assert big.trainer_args(sweep.base, "/w") == [
+        "--config=configs/vit_i21k.py:loss=softmax,variant=L/16", "--workdir=/w",
+        "--config.model.dropout=0.0", "--config.optimizer.lr=0.0004"]
+    assert small.config(sweep.base) == "configs/vit_i21k.py:loss=softmax,variant=B/32,epochs=7"
+    assert small.config_overrides == {"model.dropout": 0.0}
+    # Without config_args the base's argument is passed through whatever its syntax.
+    plain = expand({"base": "configs/finetune.py:cifar10", "grid": {"seed": [1]}}).runs[0]
+    assert plain.trainer_args("configs/finetune.py:cifar10", "/w")[0] == "--config=configs/finetune.py:cifar10"
+    with pytest.raises(ValueError, match="name=value"):
+        big.config("configs/finetune.py:cifar10")

@@ -26,22 +26,48 @@ SWEEPS = ["configs/sweeps/demo_scaling.py", "configs/sweeps/paper_scaling.py",
           "configs/sweeps/finetune_lr.py:imagenet2012,/ckpt.npz", "configs/sweeps/finetune_lr.py:oxford_iiit_pet,"]
 
 
+def resolved(sweep, run):
+    """The config a run trains with: its config file called with its arguments, then its overrides."""
+    base_path, _, base_arg = run.config(sweep.base).partition(":")
+    return apply_overrides(load(base_path.rsplit("/", 1)[-1][:-3]).get_config(base_arg or None), run.config_overrides)
+
+
+def test_paper_sweep_sizes_every_model_from_its_own_variant(monkeypatch):
+    """vit_i21k derives the pre-logits size, scan/remat, FSDP and the first-moment dtype from its `variant`
+    argument: each run must get its own model's values, not the base variant's."""
+    from vit_jax.models import parse_variant
+
+    monkeypatch.chdir(ROOT)
+    sweep = load_sweep("configs/sweeps/paper_scaling.py")
+    seen = set()
+    for run in sweep.runs:
+        c = resolved(sweep, run)
+        variant = c.model.variant
+        seen.add(variant)
+        assert c.model.rep_size == parse_variant(variant)["width"], run.name
+        deep = variant.split("+")[-1][0] in "LH"
+        assert c.model.scan == deep and c.mesh.fsdp == (8 if deep else 1), run.name
+        assert c.optimizer.mu_dtype == ("bfloat16" if variant.startswith("H/") else "float32"), run.name
+    assert {"B/32", "B/16", "L/32", "L/16", "H/14", "R50+B/16", "R50+L/16"} <= seen
+
+
 @pytest.mark.parametrize("spec", SWEEPS)
 def test_every_sweep_run_is_a_valid_config(spec, monkeypatch):
     monkeypatch.chdir(ROOT)
     sweep = load_sweep(spec)
     assert sweep.runs
-    base_path, _, base_arg = sweep.base.partition(":")
     for run in sweep.runs:
         args = run.trainer_args(sweep.base, "/tmp/unused")
         check_override_keys(args)
-        validate(apply_overrides(load(base_path.rsplit("/", 1)[-1][:-3]).get_config(base_arg or None), run.all_overrides))
-    # The first run's command line, through the real flag parser.
-    args = sweep.runs[0].trainer_args(sweep.base, "/tmp/unused")
+        validate(resolved(sweep, run))
+    # The last run's command line (the biggest model of the paper grid), through the real flag parser.
+    run = sweep.runs[-1]
+    args = run.trainer_args(sweep.base, "/tmp/unused")
     out = subprocess.run([sys.executable, "-c", PARSE, *args], env=env(), cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     parsed = json.loads(out.stdout.strip().splitlines()[-1])
-    for key, value in sweep.runs[0].all_overrides.items():
+    assert parsed == json.loads(json.dumps(resolved(sweep, run).to_dict(), default=list))
+    for key, value in run.config_overrides.items():
         node = parsed
         for part in key.split("."):
             node = node[part]

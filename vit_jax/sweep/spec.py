@@ -10,7 +10,11 @@ A sweep file is a Python file with `get_sweep()` (or `get_sweep(arg)` when named
     runs:  [{"model.variant": "B/16"}, ...]             explicit override dicts, or {label: overrides}
 
 The runs are the cartesian product of the `runs` entries with the `grid` points (either may be absent). Keys are the
-trainer's dotted config keys (`--config.KEY=VALUE`); nested dicts are flattened into dotted keys.
+trainer's dotted config keys (`--config.KEY=VALUE`); nested dicts are flattened into dotted keys. One key is
+reserved: `config_args` ("variant=L/16,epochs=7" or {"variant": "L/16"}) sets arguments of the base config file
+(`base.py:variant=L/16`) instead of overrides. Use it for whatever a config file derives from its arguments (e.g.
+configs/vit_i21k.py sizes the pre-logits layer, scan, remat and FSDP from `variant`): an override of
+`model.variant` would leave those derived settings at the base variant's values.
 
 A run's name comes from its overrides alone, so it is stable across invocations (resumption finds its workdir again):
 `key=value` parts (or `axis=label`, or a bare `label` for a labelled `runs` entry) sorted by key and joined by commas,
@@ -49,10 +53,24 @@ class Run:
         # The run's own values win over the sweep-wide ones, so a single run can deviate from `fixed`.
         return {**self.fixed, **self.overrides}
 
+    def config(self, base: str) -> str:
+        """This run's config file with its arguments: the base's, updated by the run's `config_args`."""
+        config_args = split_config_args(self.all_overrides)[0]
+        if not config_args:
+            return base  # the base's argument, whatever its syntax, as given
+        path, base_arg = split_arg(base)
+        merged = {**parse_args_text(base_arg or ""), **config_args}
+        return f"{path}:{','.join(f'{k}={v}' for k, v in merged.items())}"
+
+    @property
+    def config_overrides(self) -> dict[str, Any]:
+        """The config-key overrides (`--config.KEY=VALUE`), without the config file's arguments."""
+        return split_config_args(self.all_overrides)[1]
+
     def trainer_args(self, base: str, workdir: str) -> list[str]:
         """The arguments of `python -m vit_jax.main` for this run."""
-        args = [f"--config={base}", f"--workdir={workdir}"]
-        args += [f"--config.{key}={format_value(value)}" for key, value in self.all_overrides.items()]
+        args = [f"--config={self.config(base)}", f"--workdir={workdir}"]
+        args += [f"--config.{key}={format_value(value)}" for key, value in self.config_overrides.items()]
         return args
 
 
@@ -75,6 +93,35 @@ class Sweep:
         if not chosen:
             raise ValueError(f"no run of {self.source} matches {patterns}; `vit-jax sweep run --dry-run` lists them")
         return chosen
+
+
+CONFIG_ARGS = "config_args"  # the reserved override key (see the module docstring)
+
+
+def parse_args_text(text: str) -> dict[str, str]:
+    """"a=1,b=x" -> {"a": "1", "b": "x"} (the config-file argument syntax; the config file validates the names)."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"config argument {item!r} is not name=value; `config_args` needs a base config whose "
+                             "argument is name=value pairs")
+        out[name] = value
+    return out
+
+
+def split_config_args(overrides: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """Separates the base config's arguments (`config_args`, `config_args.NAME`) from the config-key overrides."""
+    config_args: dict[str, str] = {}
+    rest: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key == CONFIG_ARGS:
+            config_args.update(parse_args_text(str(value)))
+        elif key.startswith(CONFIG_ARGS + "."):
+            config_args[key[len(CONFIG_ARGS) + 1:]] = value if isinstance(value, str) else format_value(value)
+        else:
+            rest[key] = value
+    return config_args, rest
 
 
 def format_value(value: Any) -> str:
