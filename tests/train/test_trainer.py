@@ -92,8 +92,27 @@ def test_nan_guard_stops_after_k_consecutive_bad_steps(tmp_path, digits_data_dir
     with pytest.raises(NonFiniteError, match="3 consecutive steps had a non-finite loss"):
         Trainer(c, str(tmp_path)).train()
     ckpt = RunCheckpointer(os.path.join(str(tmp_path), "checkpoints"))
-    assert ckpt.latest_step() is not None and ckpt.latest_step() < 20
+    latest = ckpt.latest_step()
+    assert latest is not None and latest < 20
     ckpt.close()
+    # The checkpoint of the last good state is labelled with the step its state and data iterator are at, so a
+    # rerun (say with a lower lr) resumes consistently.
+    resumed = Trainer(c, str(tmp_path))
+    assert resumed.start_step == latest == int(resumed.state["step"])
+    resumed.ckpt.close()
+
+
+def test_a_failing_final_evaluation_still_saves_the_final_checkpoint(tmp_path, digits_data_dir):
+    c = demo_config(digits_data_dir, **{"total_steps": 4, "eval.fewshot.datasets": ("digits",),
+                                        "eval.fewshot.test_split": "no_such_split"})
+    with pytest.raises(ValueError, match="no split 'no_such_split'"):
+        Trainer(c, str(tmp_path)).train()
+    ckpt = RunCheckpointer(os.path.join(str(tmp_path), "checkpoints"))
+    assert ckpt.latest_step() == 4  # the rerun (with the split fixed) resumes at the end and only evaluates
+    ckpt.close()
+    c.eval.fewshot.test_split = ""
+    summary = Trainer(c, str(tmp_path)).train()
+    assert summary["steps"] == 4 and "fewshot/digits/5shot" in summary["final"]
 
 
 def test_finetune_from_an_official_checkpoint_at_higher_resolution(tmp_path, digits_data_dir):

@@ -24,7 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fewshot", default="", help="comma-separated datasets for few-shot linear evaluation")
     ap.add_argument("--shots", default="1,5,10,25")
     ap.add_argument("--fewshot-train-split", default="train")
-    ap.add_argument("--fewshot-test-split", default="test")
+    ap.add_argument("--fewshot-test-split", default="",
+                    help="default: each dataset's labelled held-out split (test, else validation; imagenet2012: "
+                         "validation)")
+    ap.add_argument("--fewshot-max-train-examples", type=int, default=0,
+                    help="draw the shots from the first N training examples only (0: all)")
     ap.add_argument("--l2-reg", type=float, default=1e-2)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--json", help="also write the results to this JSON file")
@@ -76,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                                   batch_size=batch_size, sharding=batch_sh, train_split=args.fewshot_train_split,
                                   test_split=args.fewshot_test_split,
                                   shots=[int(s) for s in args.shots.split(",")], l2_reg=args.l2_reg,
-                                  seeds=args.seeds, max_test_examples=10**9)
+                                  seeds=args.seeds, max_test_examples=10**9,
+                                  max_train_examples=args.fewshot_max_train_examples)
         results.update(out)
         for k, v in out.items():
             print(f"{k}: {100 * v:.2f}%")

@@ -57,34 +57,64 @@ def strip_label_ops(pp: str) -> str:
     return "|".join(op for op in pp.split("|") if not op.strip().startswith(("onehot", "multihot")))
 
 
-def extract_features(features_fn, params, ds, split: str, pp: str, batch_size: int, sharding
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Pre-logits features and labels of every example of a split (padding rows dropped), on every process."""
+# Test splits whose name misleads: TFDS's imagenet2012 has a `test` split only when the unlabelled test archive was
+# provided (every label -1); its labelled held-out split is `validation`.
+TEST_SPLIT = {"imagenet2012": "validation"}
+
+
+def default_test_split(name: str, splits: list[str]) -> str:
+    """The labelled held-out split of a dataset: a known exception, else `test`, else `validation`."""
+    if name in TEST_SPLIT:
+        return TEST_SPLIT[name]
+    return "test" if "test" in splits or "validation" not in splits else "validation"
+
+
+def extract_features(features_fn, params, ds, split: str, pp: str, batch_size: int, sharding,
+                     max_examples: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Pre-logits features and labels of the split's examples in order (all, or the first `max_examples`; padding
+    rows dropped), on every process."""
     from vit_jax.data import pipeline
     from vit_jax.parallel.hostarrays import gather_to_host
 
-    feats, labels = [], []
-    for batch in pipeline.eval_iterator(ds, split=split, pp=strip_label_ops(pp), global_batch_size=batch_size,
-                                        sharding=sharding):
-        f = gather_to_host(features_fn(params, batch["image"]))
-        mask = gather_to_host(batch["_mask"]) > 0
-        feats.append(f[mask])
-        labels.append(gather_to_host(batch["label"])[mask])
-    return np.concatenate(feats), np.concatenate(labels)
+    feats, labels, seen = [], [], 0
+    batches = pipeline.eval_iterator(ds, split=split, pp=strip_label_ops(pp), global_batch_size=batch_size,
+                                     sharding=sharding)
+    try:
+        for batch in batches:
+            f = gather_to_host(features_fn(params, batch["image"]))
+            mask = gather_to_host(batch["_mask"]) > 0
+            feats.append(f[mask])
+            labels.append(gather_to_host(batch["label"])[mask])
+            seen += int(mask.sum())
+            # The mask is the gathered global one, so every process stops after the same batch.
+            if max_examples and seen >= max_examples:
+                break
+    finally:
+        batches.close()
+    x, y = np.concatenate(feats), np.concatenate(labels)
+    if max_examples:
+        x, y = x[:max_examples], y[:max_examples]
+    if len(y) and y.min() < 0:
+        raise ValueError(f"few-shot: split '{split}' of {ds.name} has unlabelled examples (label {int(y.min())}); "
+                         f"set eval.fewshot.test_split / train_split to a labelled split of {', '.join(ds.splits)}")
+    return x, y
 
 
 def fewshot_on_datasets(features_fn, params, names, *, data_dir, pp: str, batch_size: int, sharding,
                         train_split: str, test_split: str, shots, l2_reg: float, seeds: int,
-                        max_test_examples: int) -> dict[str, float]:
-    """{"fewshot/<dataset>/<k>shot": accuracy} for every named dataset."""
+                        max_test_examples: int, max_train_examples: int = 0) -> dict[str, float]:
+    """{"fewshot/<dataset>/<k>shot": accuracy} for every named dataset. An empty `test_split` picks each dataset's
+    labelled held-out split (default_test_split)."""
     from vit_jax.data import pipeline
 
     out = {}
     for name in names:
         ds = pipeline.open_dataset(name, data_dir=data_dir)
-        train_x, train_y = extract_features(features_fn, params, ds, train_split, pp, batch_size, sharding)
-        test_x, test_y = extract_features(features_fn, params, ds, test_split, pp, batch_size, sharding)
-        test_x, test_y = test_x[:max_test_examples], test_y[:max_test_examples]
+        test = test_split or default_test_split(name, ds.splits)
+        train_x, train_y = extract_features(features_fn, params, ds, train_split, pp, batch_size, sharding,
+                                            max_train_examples)
+        test_x, test_y = extract_features(features_fn, params, ds, test, pp, batch_size, sharding,
+                                          max_test_examples)
         accs = fewshot_accuracy(train_x, train_y, test_x, test_y, num_classes=ds.num_classes, shots=tuple(shots),
                                 l2_reg=l2_reg, seeds=seeds)
         out.update({f"fewshot/{name}/{k}shot": v for k, v in accs.items()})

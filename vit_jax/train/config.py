@@ -74,9 +74,13 @@ def default_config() -> ml_collections.ConfigDict:
         batch_size=0,  # 0: the training batch size
         fewshot=dict(
             datasets=(),  # dataset names evaluated with closed-form few-shot ridge regression
-            train_split="train", test_split="test",
+            # test_split "": each dataset's labelled held-out split (test; validation where there is no test,
+            # and for imagenet2012, whose TFDS test split is unlabelled).
+            train_split="train", test_split="",
             shots=(1, 5, 10, 25), l2_reg=1e-2, seeds=3, every_steps=0, every_epochs=0.0,
-            max_test_examples=10_000,
+            # Features of only the first N examples of each split (0: all): the shots are drawn from the first
+            # max_train_examples (TFDS splits are stored shuffled), so ImageNet few-shot need not embed 1.28M images.
+            max_train_examples=0, max_test_examples=10_000,
         ),
     )
     c.log_every_steps = 50

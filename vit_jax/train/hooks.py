@@ -231,7 +231,7 @@ def run_fewshot(trainer) -> dict[str, float]:
         trainer._features_fn, trainer.state["params"], fs.datasets, data_dir=c.data.data_dir or None,
         pp=c.data.pp_eval, batch_size=c.eval.batch_size or c.batch_size, sharding=trainer.batch_sh,
         train_split=fs.train_split, test_split=fs.test_split, shots=fs.shots, l2_reg=fs.l2_reg, seeds=fs.seeds,
-        max_test_examples=fs.max_test_examples)
+        max_test_examples=fs.max_test_examples, max_train_examples=fs.max_train_examples)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

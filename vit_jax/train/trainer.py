@@ -178,14 +178,21 @@ class Trainer:
                 self.state, metrics = compiled(self.state, batch)
                 step += 1
                 if pending is not None:
-                    self._check_finite(pending, step - 1, it)
+                    # Checked one step late (no device sync per step): the state and iterator are already at `step`.
+                    self._check_finite(pending, step - 1, step, it)
                 pending = metrics
                 for hook in hooks:
                     hook.maybe_run(step, metrics, it, timer)
             if pending is not None:
-                self._check_finite(pending, step, it)
-            for hook in hooks:
-                hook.finish(step, it)
+                self._check_finite(pending, step, step, it)
+            try:
+                for hook in hooks:
+                    hook.finish(step, it)
+            finally:
+                # A failing final evaluation (say, a few-shot dataset missing) must not lose the trained state:
+                # the rerun then resumes at the end and only repeats the evaluations.
+                if self.ckpt.latest_step() != step:
+                    self.save_checkpoint(step, it.get_state(), wait=True)
             self.ckpt.wait()
             summary = hooks_lib.write_summary(self, step, hooks)
             return summary
@@ -210,10 +217,13 @@ class Trainer:
         log(f"compiled the train step in {self.compile_time_s:.1f}s")
         return compiled
 
-    def _check_finite(self, metrics, step: int, it) -> None:
+    def _check_finite(self, metrics, step: int, state_step: int, it) -> None:
+        """Stops after K consecutive skipped steps (counted up to `step`), saving the state, which is at
+        `state_step` (a skipped update leaves the parameters as they were)."""
         consecutive = int(jax.device_get(metrics["consecutive_skips"]))
         if consecutive >= self.config.nan_guard.max_consecutive:
-            self.save_checkpoint(step, it.get_state(), wait=True)
+            if self.ckpt.latest_step() != state_step:
+                self.save_checkpoint(state_step, it.get_state(), wait=True)
             raise NonFiniteError(
                 f"{consecutive} consecutive steps had a non-finite loss or gradient (up to step {step}); stopped. "
                 f"The last good state is saved in {self.ckpt.directory}; lower optimizer.lr or check the data")
