@@ -38,6 +38,7 @@ def get_config(arg=None):
     c.model.rep_size = 0  # the pretraining pre-logits layer is dropped (init.reinit replaces the head)
     c.model.dtype = "bfloat16"
     c.init.checkpoint = a["init"]
+    c.init.required = True  # fine-tuning from random weights is a mistake, not a default
     c.init.reinit = ("head",)
     c.init.posemb_resize = "bicubic"
     c.data.name = a["dataset"]

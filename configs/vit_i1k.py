@@ -9,7 +9,8 @@
 - preset=beyer2022 ("Better plain ViT baselines for ImageNet-1k"): S/16, batch 1024, 90 epochs, global average
   pooling, fixed 2D sin-cos position embeddings, RandAugment(2, 10), mixup 0.2, Inception crop, Adam lr 1e-3,
   decoupled weight decay 1e-4 in big_vision's convention (= 0.1 in optax's, which multiplies it by the lr), 10k
-  warmup, cosine decay, no dropout. Reported: 76.5% top-1 after 90 epochs.
+  warmup, cosine decay, no dropout, a pre-logits layer of the model width, bf16 first moment (as big_vision's
+  configs/vit_s16_i1k.py). Reported: 76.5% top-1 after 90 epochs.
 """
 
 from vit_jax.train.config import default_config, parse_config_args
@@ -39,6 +40,11 @@ def get_config(arg=None):
         c.optimizer.lr, c.optimizer.weight_decay = 3e-3, 0.3
     elif a["preset"] == "beyer2022":
         c.model.pool, c.model.posemb = "gap", "sincos2d"
+        from vit_jax.models import parse_variant
+
+        # big_vision's vit_s16_i1k.py: rep_size=True (a pre-logits layer of the model width), bf16 first moment.
+        c.model.rep_size = parse_variant(a["variant"])["width"]
+        c.optimizer.mu_dtype = "bfloat16"
         c.data.pp_train = "decode_jpeg_and_inception_crop(224)|flip_lr|randaug(2,10)|value_range(-1,1)"
         c.loss.mixup_alpha = 0.2
         c.batch_size = 1024

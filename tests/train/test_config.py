@@ -39,6 +39,14 @@ def test_wrong_types_and_choices():
     c = _valid()
     with pytest.raises(TypeError):  # ConfigDict itself refuses a type change on assignment
         c.batch_size = "large"
+    c = _valid()  # a config file that rebuilds a section bypasses ConfigDict's check: validate() catches it
+    c.optimizer = {**c.optimizer.to_dict(), "lr": "fast"}
+    with pytest.raises(ConfigError, match=r"config key 'optimizer.lr' must be float, got 'fast' \(str\)"):
+        validate(c)
+    c = _valid()
+    c.model = {**c.model.to_dict(), "scan": 1}
+    with pytest.raises(ConfigError, match="config key 'model.scan' must be bool, got 1"):
+        validate(c)
     c = _valid()
     c.optimizer.name = "adamm"
     with pytest.raises(ConfigError, match="choose one of adamw, sgd, adafactor"):

@@ -107,6 +107,9 @@ def test_config_mistakes_are_one_line_errors(tmp_path, digits_data_dir):
     out = run(train_command(str(tmp_path), digits_data_dir, "--config.optimizer.lrr=0.1"))
     assert out.returncode == 2
     assert "unknown config key 'optimizer.lrr'; did you mean 'optimizer.lr'?" in out.stderr
+    out = run(train_command(str(tmp_path), digits_data_dir, "--config.optimizer.lr=fast"))
+    assert out.returncode != 0
+    assert "flag --config.optimizer.lr=fast: could not convert string to float: 'fast'" in out.stderr
     config = tmp_path / "typo.py"
     config.write_text("from vit_jax.train.config import default_config\n"
                       "def get_config():\n    c = default_config()\n    c.total_steps = 1\n"

@@ -45,6 +45,7 @@ def test_paper_recipes():
     beyer = load("vit_i1k").get_config("preset=beyer2022")
     assert (beyer.model.pool, beyer.model.posemb, beyer.loss.mixup_alpha) == ("gap", "sincos2d", 0.2)
     assert "randaug(2,10)" in beyer.data.pp_train
+    assert (beyer.model.rep_size, beyer.optimizer.mu_dtype) == (384, "bfloat16")  # big_vision's vit_s16_i1k.py
 
 
 def test_bad_config_arguments():

@@ -115,6 +115,14 @@ def test_a_failing_final_evaluation_still_saves_the_final_checkpoint(tmp_path, d
     assert summary["steps"] == 4 and "fewshot/digits/5shot" in summary["final"]
 
 
+def test_a_finetuning_config_without_a_checkpoint_is_an_error(tmp_path, digits_data_dir):
+    from vit_jax.train.config import ConfigError
+
+    c = demo_config(digits_data_dir, **{"init.required": True})
+    with pytest.raises(ConfigError, match="fine-tunes a pretrained model but init.checkpoint is empty"):
+        Trainer(c, str(tmp_path))
+
+
 def test_finetune_from_an_official_checkpoint_at_higher_resolution(tmp_path, digits_data_dir):
     golden_cfg, golden = load_npz_params(str(GOLDEN / "tiny_token.npz"))
     c = demo_config(digits_data_dir, **{

@@ -86,6 +86,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.log_every_steps = 50
     c.init = dict(
         checkpoint="",  # .npz (official/big_vision), timm .safetensors, or one of our run dirs
+        required=False,  # True (fine-tuning configs): starting without init.checkpoint is an error, not random init
         reinit=("head",),  # parameters that keep their fresh init when fine-tuning
         posemb_resize="bicubic",  # bicubic | bilinear
     )

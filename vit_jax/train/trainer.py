@@ -93,6 +93,11 @@ class Trainer:
     def _initial_state(self) -> dict[str, Any]:
         c = self.config
         if not c.init.checkpoint:
+            if c.init.required:
+                raise config_lib.ConfigError(
+                    "this config fine-tunes a pretrained model but init.checkpoint is empty; pass init=PATH as the "
+                    "config argument or --config.init.checkpoint=PATH (an official .npz, timm .safetensors or a run "
+                    "dir), or --config.init.required=false to train from scratch")
             return self.program.init_state(c.seed)
         from vit_jax.checkpoints.loading import load_any
         from vit_jax.checkpoints.surgery import adapt_params
