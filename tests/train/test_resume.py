@@ -98,6 +98,11 @@ def test_kill_9_during_an_async_save_resumes_from_the_previous_step(tmp_path, di
     resumed = run(train_command(workdir, digits_data_dir, *flags))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "(step 8)" in resumed.stdout
+    # Steps 9..16 ran twice; metrics.jsonl keeps one line per step, the resumed segment's (equal to the full run's).
+    logged = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    loss_steps = [r["step"] for r in logged if "train/loss" in r]
+    assert loss_steps == list(range(1, STEPS + 1)), loss_steps
+    assert losses(workdir) == losses(uninterrupted)
     _, pa = load_params_from_run(uninterrupted)
     _, pb = load_params_from_run(workdir)
     jax.tree.map(np.testing.assert_array_equal, pa, pb)

@@ -274,7 +274,7 @@ def write_summary(trainer, step: int, hooks: list[Hook]) -> dict[str, Any]:
         "final": final,
         "best": dict(trainer.progress["best"]),
         "skipped_steps": int(jax.device_get(trainer.state["skipped"])),
-        "wall_time_s": time.time() - trainer.t_start,
+        "wall_time_s": trainer.wall_time_s(),  # across restarts (each segment counted to its last checkpoint)
         "config": c.to_dict(),
     }
     if jax.process_index() == 0:

@@ -13,10 +13,13 @@ import numpy as np
 PEAK_FLOPS = (
     ("TPU v2", 22.5e12), ("TPU v3", 61.5e12), ("TPU v4", 275e12), ("TPU v5 lite", 197e12), ("TPU v5e", 197e12),
     ("TPU v5p", 459e12), ("TPU v5", 459e12), ("TPU v6 lite", 918e12), ("TPU v6e", 918e12), ("TPU7x", 2307e12),
-    ("H200", 989e12), ("H100", 989e12), ("A100", 312e12), ("B200", 2250e12), ("L4", 121e12),
+    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("A100", 312e12),
+    ("B200", 2250e12), ("L4", 121e12),
 )
-# TensorCores per JAX device, for TPU-core-days (the ViT paper's compute unit).
-TPU_CORES = (("TPU v2", 1), ("TPU v3", 1), ("TPU v4", 2), ("TPU v5p", 2), ("TPU v5", 1), ("TPU v6", 1))
+# TensorCores per JAX device, for TPU-core-days (the ViT paper's compute unit). The first key contained in the device
+# kind wins: v5e reports "TPU v5 lite" (one core), v5p "TPU v5" or "TPU v5p" (two cores, one megacore device).
+TPU_CORES = (("TPU v2", 1), ("TPU v3", 1), ("TPU v4", 2), ("TPU v5 lite", 1), ("TPU v5e", 1), ("TPU v5p", 2),
+             ("TPU v5", 2), ("TPU v6", 1))
 
 
 def table_lookup(table, kind: str):
@@ -54,9 +57,11 @@ class MetricWriter:
     """TensorBoard events (clu) plus `metrics.jsonl`, written by process 0 only; other processes just log.
 
     Locally the JSON lines are appended; on a bucket (no append there) the file is rewritten whole at each write.
+    A run resumed at `resume_step` first drops the lines logged after that step by the interrupted segment (it
+    trains those steps again), so every step appears once.
     """
 
-    def __init__(self, workdir: str, enabled: bool):
+    def __init__(self, workdir: str, enabled: bool, resume_step: int = 0):
         self.enabled = enabled
         self._tb = None
         if enabled:
@@ -68,7 +73,11 @@ class MetricWriter:
             self._tb = metric_writers.create_default_writer(str(wd.path(workdir, "tb")), asynchronous=True)
             self._path = wd.path(workdir, "metrics.jsonl")
             self._local = wd.is_local(workdir)
-            self._lines = [] if self._local or not self._path.exists() else self._path.read_text().splitlines(True)
+            self._lines = self._path.read_text().splitlines(True) if self._path.exists() else []
+            kept = [line for line in self._lines if line.strip() and json.loads(line)["step"] <= resume_step]
+            if len(kept) != len(self._lines):
+                self._path.write_text("".join(kept))
+            self._lines = [] if self._local else kept
 
     def write(self, step: int, scalars: dict[str, Any]) -> None:
         if not self.enabled:

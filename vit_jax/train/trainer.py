@@ -74,7 +74,7 @@ class Trainer:
         ck = c.checkpoint
         self.ckpt = RunCheckpointer(str(wd.path(self.workdir, "checkpoints")), keep=ck.keep,
                                     keep_every=ck.keep_every_steps, async_save=ck.async_save)
-        self.progress = {"train_time_s": 0.0, "best": {}}
+        self.progress = {"train_time_s": 0.0, "wall_time_s": 0.0, "best": {}}
         latest = self.ckpt.latest_step()
         if latest is not None:
             self.state, data_state, meta = self.ckpt.restore(latest, self.abstract_state)
@@ -82,13 +82,14 @@ class Trainer:
                 raise config_lib.ConfigError(
                     f"{self.workdir} holds a run of a different model ({meta.get('model', {}).get('width')}-wide); "
                     "use a new --workdir")
-            self.progress = meta.get("progress", self.progress)
+            self.progress = {**self.progress, **meta.get("progress", {})}
             self.start_step = int(data_state["step"])
             assert self.start_step == int(self.state["step"]), (self.start_step, int(self.state["step"]))
             log(f"resumed from {self.ckpt.directory}/{latest} (step {self.start_step})")
         else:
             self.state = self._initial_state()
             self.start_step = 0
+        self._wall_before = float(self.progress["wall_time_s"])  # earlier segments, up to their last checkpoint
 
     def _initial_state(self) -> dict[str, Any]:
         c = self.config
@@ -109,7 +110,12 @@ class Trainer:
         return self.program.init_state(c.seed, jax.device_put(params, self.param_sh))
 
     # -----------------------------------------------------------------------------------------------------------------
+    def wall_time_s(self) -> float:
+        """Wall time of the whole run: earlier segments (to their last checkpoint) plus this one so far."""
+        return self._wall_before + time.time() - self.t_start
+
     def metadata(self) -> dict[str, Any]:
+        self.progress["wall_time_s"] = self.wall_time_s()
         return {
             "model": model_meta(self.model_cfg),
             "config": self.config.to_dict(),
@@ -153,7 +159,7 @@ class Trainer:
         c = self.config
         total = self.dur.total_steps
         peak, peak_source = device_peak_flops()
-        writer = MetricWriter(self.workdir, enabled=self.is_main)
+        writer = MetricWriter(self.workdir, enabled=self.is_main, resume_step=self.start_step)
         dev = jax.devices()[0]
         self.hardware = {"device_kind": dev.device_kind, "platform": dev.platform, "num_devices": jax.device_count(),
                          "peak_flops_per_device": peak, "peak_source": peak_source,
