@@ -3,6 +3,9 @@
 IMAGES is an `.npy`, or an `.npz` with key `images`, of model-ready NHWC float images (no preprocessing applied), or a
 folder of image files, which get the checkpoint's evaluation preprocessing: the one recorded in our training
 checkpoints, otherwise the official models' (resize to the model resolution, values to [-1, 1]).
+
+--image-size is for checkpoints that do not record their resolution (fixed sin-cos posemb, non-square patch grid);
+with an array of images it defaults to the images' own height and width.
 """
 
 from __future__ import annotations
@@ -15,8 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax.checkpoints.convert import describe
-from vit_jax.checkpoints.loading import load_any
+from vit_jax.checkpoints.convert import describe, load_with_size, parse_size
 from vit_jax.models.vit import FunctionalViT
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
@@ -28,9 +30,9 @@ def load_image_folder(folder: str, size: tuple[int, int], pp: str | None = None)
     if not names:
         raise FileNotFoundError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) in {folder}")
     if pp:
-        from vit_jax.data.preprocess import parse_pp
+        from vit_jax.data import pp as pp_lib
 
-        fn = parse_pp(pp)
+        fn = pp_lib.build(image_ops_only(pp))
         images = []
         for name in names:
             with open(os.path.join(folder, name), "rb") as f:
@@ -44,6 +46,15 @@ def load_image_folder(folder: str, size: tuple[int, int], pp: str | None = None)
             im = im.convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
             images.append(np.asarray(im, np.float32) / 127.5 - 1.0)
     return np.stack(images), names
+
+
+# Ops that build training targets from a label: image files have none, and logits do not need them.
+_LABEL_OPS = ("onehot", "multihot")
+
+
+def image_ops_only(pp: str) -> str:
+    """An eval op string without its label ops (`decode|resize(224)|value_range(-1,1)|onehot(10)` -> no onehot)."""
+    return "|".join(p for p in pp.split("|") if p.split("(")[0].strip() not in _LABEL_OPS)
 
 
 def load_image_array(path: str) -> np.ndarray:
@@ -79,15 +90,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", required=True, help="where to write the logits (.npy)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--top-k", type=int, default=0, help="also print the top-k classes of each image")
+    ap.add_argument("--image-size", type=parse_size,
+                    help="model resolution, e.g. 224 or 384x512, for checkpoints that do not record it (default for "
+                         ".npy/.npz images: their own size)")
     args = ap.parse_args(argv)
 
-    cfg, params = load_any(args.checkpoint)
+    images = None if os.path.isdir(args.images) else load_image_array(args.images)
+    size = args.image_size
+    if size is None and images is not None and images.ndim == 4:
+        size = tuple(images.shape[1:3])  # a mismatch with a recorded size is reported below, as before
+    loaded = load_with_size(args.checkpoint, size, "--image-size", must_match=args.image_size is not None)
+    if loaded is None:
+        return 2
+    cfg, params = loaded
     print(f"checkpoint {args.checkpoint}: {describe(cfg)}")
-    if os.path.isdir(args.images):
+    if images is None:
         pp = _recorded_eval_pp(args.checkpoint)
         images, names = load_image_folder(args.images, cfg.image_size, pp)
     else:
-        images = load_image_array(args.images)
         names = [str(i) for i in range(len(images))]
     if tuple(images.shape[1:3]) != tuple(cfg.image_size):
         print(f"error: images are {images.shape[1]}x{images.shape[2]} but the model expects "

@@ -1,5 +1,7 @@
 """Official-checkpoint interop: golden parity, layout round trips, timm export, surgery, convert/predict commands."""
 
+import re
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -113,8 +115,7 @@ def _random_params(cfg, seed=0):
                         params)
 
 
-@pytest.mark.parametrize("kw", [dict(pool="token"), dict(pool="gap"), dict(pool="map"),
-                                dict(pool="token", resnet_layers=(1, 1), patch_size=1)])
+@pytest.mark.parametrize("kw", [dict(pool="token"), dict(pool="gap"), dict(pool="map"), dict(pool="token", gelu="erf")])
 def test_timm_export_round_trip_is_bit_identical(kw, tmp_path):
     cfg = vit_config(width=64, depth=2, mlp_dim=128, num_heads=4, image_size=32, num_classes=5,
                      **{"patch_size": 8, **kw})
@@ -203,3 +204,94 @@ def test_predict_on_an_image_folder(tmp_path, capsys):
     assert np.load(out).shape == (3, 10)
     printed = capsys.readouterr().out
     assert "ViT-w64d3m128h4/8" in printed and "im2.png:" in printed
+
+
+_GROUPNORM_KEY = re.compile(r"(gn_root|block\d+/unit\d+/gn(\d|_proj))/(scale|bias)")
+
+
+def test_hybrid_groupnorm_params_stored_4d_load_as_released(tmp_path):
+    # The released R50+ViT-B_16 / AugReg R26, R50 files keep GroupNorm scale/bias as (1, 1, 1, C).
+    raw = load_npz(str(GOLDEN / "tiny_hybrid.npz"))
+    gn = [k for k in raw if _GROUPNORM_KEY.fullmatch(k)]
+    assert {k.split("/")[-2] for k in gn} == {"gn_root", "gn1", "gn2", "gn3", "gn_proj"}
+    save_npz(str(tmp_path / "4d.npz"), {k: v.reshape(1, 1, 1, -1) if k in gn else v for k, v in raw.items()})
+    cfg, params = load_npz_params(str(tmp_path / "4d.npz"))
+    images, ref = _golden("tiny_hybrid")
+    np.testing.assert_allclose(predict(params, cfg, images), ref, atol=1e-4)
+    save_npz_params(str(tmp_path / "back.npz"), params, cfg)  # written back as (C,), like the golden file
+    back = load_npz(str(tmp_path / "back.npz"))
+    for k in gn:
+        np.testing.assert_array_equal(back[k], raw[k], err_msg=k)
+
+
+@pytest.mark.parametrize("layout", ["opt/target", "big_vision train"])
+def test_train_checkpoint_model_is_read_and_optimizer_state_ignored(layout, tmp_path, capsys):
+    cfg, params = load_npz_params(str(GOLDEN / "tiny_token.npz"))
+    flat = {k: np.asarray(v) for k, v in flatten(params).items()}
+    if layout == "opt/target":  # flax.optim: the model under opt/target, moments under opt/state
+        official = to_layout(flat, cfg, "official")
+        model = {f"opt/target/{k}": v for k, v in official.items()}
+        opt = {f"opt/state/param_states/{k}/grad_ema": np.zeros_like(v) for k, v in official.items()}
+        opt["opt/state/step"] = np.array(7)
+    else:  # big_vision: params/... next to opt/... (whose leaves repeat the parameter names)
+        model = {f"params/{k}": v for k, v in to_layout(flat, cfg, "big_vision").items()}
+        opt = {f"opt/1/0/mu/{k[len('params/'):]}": np.zeros_like(v) for k, v in model.items()}
+        opt["opt/1/0/count"] = np.array(7)
+    path = tmp_path / "train.npz"
+    save_npz(str(path), {**model, **opt})
+    cfg2, params2 = load_npz_params(str(path))
+    assert cfg2 == cfg
+    images, ref = _golden("tiny_token")
+    np.testing.assert_allclose(predict(params2, cfg2, images), ref, atol=1e-4)
+    prefix = "opt/target/" if layout == "opt/target" else "params/"
+    assert f"read the model under '{prefix}'; ignored the {len(opt)} other entries (optimizer state)" in (
+        capsys.readouterr().out)
+
+
+def test_timm_kwargs_name_the_activation_and_hybrids_are_refused(tmp_path, capsys):
+    import json
+
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    for gelu in ("tanh", "erf"):
+        cfg = vit_config(width=64, depth=1, mlp_dim=128, num_heads=4, image_size=16, num_classes=3, patch_size=8,
+                         gelu=gelu)
+        save_timm(str(tmp_path / f"{gelu}.safetensors"), _random_params(cfg), cfg)
+        with safe_open(str(tmp_path / f"{gelu}.safetensors"), "np") as f:
+            kwargs = json.loads(f.metadata()["timm_kwargs"])
+        # timm resolves act_layer with get_act_layer('gelu_tanh'); without it timm builds nn.GELU (erf).
+        assert kwargs.get("act_layer") == ("gelu_tanh" if gelu == "tanh" else None), gelu
+    # A state dict written by timm itself (no vit_jax metadata) computes timm's default, the exact GELU.
+    save_file(to_timm(_random_params(cfg), cfg), str(tmp_path / "plain.safetensors"))
+    assert load_timm(str(tmp_path / "plain.safetensors"))[0].gelu == "erf"
+
+    hybrid = vit_config(width=64, depth=1, mlp_dim=128, num_heads=4, image_size=32, num_classes=3, patch_size=1,
+                        resnet_layers=(1, 1))
+    with pytest.raises(ValueError, match="timm export supports plain ViTs only"):
+        to_timm(_random_params(hybrid), hybrid)
+    dst = tmp_path / "hybrid.safetensors"
+    assert cli.main(["convert", str(GOLDEN / "tiny_hybrid.npz"), str(dst), "--to", "timm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "plain ViTs only" in err and len(err.splitlines()) == 1 and not dst.exists()
+
+
+def test_convert_source_image_size_for_checkpoints_that_do_not_record_it(tmp_path, capsys):
+    sincos = vit_config(width=64, depth=1, mlp_dim=128, num_heads=4, image_size=(16, 24), num_classes=3,
+                        patch_size=8, posemb="sincos2d", pool="gap")
+    rect = sincos.replace(posemb="learn", pool="token")  # a 2x3 learned grid: not square, so not inferable
+    for name, cfg in (("sincos", sincos), ("rect", rect)):
+        src, dst = tmp_path / f"{name}.npz", tmp_path / f"{name}_out.npz"
+        params = _random_params(cfg)
+        save_npz_params(str(src), params, cfg)
+        assert cli.main(["convert", str(src), str(dst), "--to", "official"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "pass --source-image-size" in err, err
+        assert cli.main(["convert", str(src), str(dst), "--to", "official", "--source-image-size", "16x24"]) == 0
+        cfg2, params2 = load_any(str(dst), image_size=(16, 24))
+        assert cfg2 == cfg, name
+        _assert_same_flat(params, params2)
+    # A size that contradicts the one the checkpoint records is refused, not silently ignored.
+    assert cli.main(["convert", str(GOLDEN / "tiny_token.npz"), str(tmp_path / "x.npz"), "--to", "official",
+                     "--source-image-size", "48"]) == 2
+    assert "records image size 32x32" in capsys.readouterr().err

@@ -1,26 +1,46 @@
 """`vit-jax convert SRC DST --to {official,big_vision,timm}`: change a checkpoint's layout, optionally with surgery.
 
 SRC may be an official/big_vision `.npz`, a timm `.safetensors` exported by us, or one of our training checkpoints
-(a workdir, its `checkpoints/` folder, or one step folder). The architecture is inferred from SRC.
+(a workdir, its `checkpoints/` folder, or one step folder). The architecture is inferred from SRC; a SRC that does
+not record its resolution (fixed sin-cos posemb, non-square patch grid) needs --source-image-size.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import jax
 
-from vit_jax.checkpoints.layouts import LAYOUTS
+from vit_jax.checkpoints.layouts import LAYOUTS, ImageSizeRequiredError
 from vit_jax.checkpoints.loading import load_any
 from vit_jax.checkpoints.npz import save_npz_params
 from vit_jax.checkpoints.surgery import RESIZE_METHODS, adapt_params
-from vit_jax.checkpoints.timm import save_timm
+from vit_jax.checkpoints.timm import check_timm_compatible, save_timm
 from vit_jax.models.vit import FunctionalViT
 
 
-def _size(text: str) -> tuple[int, int]:
+def parse_size(text: str) -> tuple[int, int]:
+    """`384` or `384x512` (height x width) -> (h, w)."""
     h, _, w = text.lower().partition("x")
     return int(h), int(w or h)
+
+
+def load_with_size(path: str, image_size: tuple[int, int] | None, flag: str, *, must_match: bool = True):
+    """load_any, with `image_size` used where the checkpoint does not record its resolution.
+
+    Returns (cfg, params), or None after printing a one-line error naming `flag`: the size is needed and missing, or
+    (with `must_match`, for a size the user typed) it contradicts the resolution the checkpoint records."""
+    try:
+        cfg, params = load_any(path, fallback_image_size=image_size)
+    except ImageSizeRequiredError as e:
+        print(f"error: {path}: {e.reason}; pass {flag} (e.g. 224 or 384x512)", file=sys.stderr)
+        return None
+    if must_match and image_size and tuple(cfg.image_size) != tuple(image_size):
+        print(f"error: {path} records image size {cfg.image_size[0]}x{cfg.image_size[1]}, not {flag} "
+              f"{image_size[0]}x{image_size[1]}; {flag} is only for checkpoints that do not record it", file=sys.stderr)
+        return None
+    return cfg, params
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,13 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("src")
     ap.add_argument("dst")
     ap.add_argument("--to", required=True, choices=(*LAYOUTS, "timm"))
-    ap.add_argument("--image-size", type=_size, help="new resolution, e.g. 384 or 384x512: resizes the posemb")
+    ap.add_argument("--image-size", type=parse_size, help="new resolution, e.g. 384 or 384x512: resizes the posemb")
+    ap.add_argument("--source-image-size", type=parse_size,
+                    help="resolution of SRC where it does not record one (sin-cos posemb, non-square patch grid)")
     ap.add_argument("--num-classes", type=int, help="replace the head with a zero-initialised one of this size")
     ap.add_argument("--drop-pre-logits", action="store_true", help="remove the representation layer")
     ap.add_argument("--posemb-method", default="bicubic", choices=RESIZE_METHODS)
     args = ap.parse_args(argv)
 
-    cfg, params = load_any(args.src)
+    loaded = load_with_size(args.src, args.source_image_size, "--source-image-size")
+    if loaded is None:
+        return 2
+    cfg, params = loaded
     print(f"loaded {args.src}: {describe(cfg)}")
     changes = {}
     if args.image_size:
@@ -53,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {note}")
         cfg = target
     if args.to == "timm":
+        try:
+            check_timm_compatible(cfg)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         save_timm(args.dst, params, cfg)
     else:
         save_npz_params(args.dst, params, cfg, layout=args.to)

@@ -6,7 +6,8 @@ Two `.npz` layouts are read and written:
   `Transformer/posembed_input/pos_embedding`, hybrid stem at the top level as `conv_root`, `gn_root`, `block{s}/...`);
 - "big_vision": top-level `pos_embedding` without a class-token row (added before the class token is concatenated),
   `MultiHeadDotProductAttention_0`, `LayerNorm_0/1`, `MlpBlock_0`, either unrolled `encoderblock_{i}` or scan-stacked
-  `encoderblock`, and `MAPHead_0` for attention pooling. Files may carry a `params/` or `opt/target/` prefix.
+  `encoderblock`, and `MAPHead_0` for attention pooling. Files may carry a `params/` or `opt/target/` prefix;
+  a train checkpoint's optimizer state next to it is ignored.
 
 Our tree stores the encoder blocks stacked (leading depth axis) under `encoder/blocks`; everything else is a rename.
 Arrays are never unpickled (`allow_pickle=False`), and every mismatch is reported at once.
@@ -36,11 +37,22 @@ _BLOCK_NAMES = {
 _MAP_NAMES = {"probe": "probe", "attn": "MultiHeadDotProductAttention_0", "ln": "LayerNorm_0",
               "mlp/fc1": "MlpBlock_0/Dense_0", "mlp/fc2": "MlpBlock_0/Dense_1"}
 _PREFIXES = ("opt/target/", "params/img/", "params/")
+_STEM_GROUPNORM = re.compile(r"(gn_root|block\d+/unit\d+/gn(\d|_proj))/(scale|bias)")
 LAYOUTS = ("official", "big_vision")
 
 
 class CheckpointMismatchError(ValueError):
     """A checkpoint does not fit the model; the message lists every missing, unexpected and mis-shaped key."""
+
+
+class ImageSizeRequiredError(CheckpointMismatchError):
+    """The arrays do not record the input resolution (fixed sin-cos posemb, or a non-square patch grid).
+
+    `reason` is kept apart so that a command can name its own flag in the one-line fix."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"{reason}; pass image_size")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -67,8 +79,13 @@ def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_npz(path: str) -> dict[str, np.ndarray]:
-    """Reads an .npz (local path or any etils/gfile path) into a flat dict, stripping known wrapper prefixes."""
+def load_npz(path: str, notes: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Reads an .npz (local path or any etils/gfile path) into a flat dict, stripping known wrapper prefixes.
+
+    When only part of the file sits under a prefix (a train checkpoint: `opt/target/...` next to `opt/state/...`,
+    or big_vision's `params/...` next to `opt/...`), the model is the part under it; the rest is ignored and a line
+    saying so is appended to `notes`.
+    """
     if not os.path.exists(path):
         from etils import epath  # remote paths (gs://...) go through etils
 
@@ -81,8 +98,13 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     with np.load(data, allow_pickle=False) as z:
         flat = {k: np.asarray(z[k]) for k in z.files}
     for prefix in _PREFIXES:
-        if flat and all(k.startswith(prefix) for k in flat):
-            flat = {k[len(prefix):]: v for k, v in flat.items()}
+        inside = {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
+        if inside and (len(inside) == len(flat) or "embedding/kernel" in inside):
+            if len(inside) < len(flat) and notes is not None:
+                rest = "optimizer state, text tower" if prefix == "params/img/" else "optimizer state"
+                notes.append(f"read the model under '{prefix}'; ignored the {len(flat) - len(inside)} other entries "
+                             f"({rest})")
+            flat = inside
             break
     return flat
 
@@ -118,9 +140,13 @@ def _block_prefixes(flat, layout):
     return [f"Transformer/encoderblock_{i}/" for i in idx]
 
 
-def infer_config(flat: dict[str, np.ndarray], image_size: int | tuple[int, int] | None = None,
-                 **overrides: Any) -> ViTConfig:
-    """The architecture of a checkpoint, read from the arrays alone (no config needed)."""
+def infer_config(flat: dict[str, np.ndarray], image_size: int | tuple[int, int] | None = None, *,
+                 fallback_image_size: int | tuple[int, int] | None = None, **overrides: Any) -> ViTConfig:
+    """The architecture of a checkpoint, read from the arrays alone (no config needed).
+
+    `image_size` overrides the resolution; `fallback_image_size` is used only where the arrays do not record one
+    (without either, such a checkpoint raises ImageSizeRequiredError).
+    """
     layout = detect_layout(flat)
     li = LAYOUTS.index(layout)
     ph, pw, cin, width = flat["embedding/kernel"].shape
@@ -151,17 +177,21 @@ def infer_config(flat: dict[str, np.ndarray], image_size: int | tuple[int, int] 
     pe_key = "pos_embedding" if layout == "big_vision" else "Transformer/posembed_input/pos_embedding"
     posemb = "learn" if pe_key in flat else "sincos2d"
     if image_size is None:
+        unrecorded = None
         if posemb != "learn":
-            raise CheckpointMismatchError(
-                "this checkpoint has fixed sin-cos position embeddings, so its resolution is not recorded; "
-                "pass image_size")
-        n = flat[pe_key].shape[1] - (1 if (pool == "token" and layout == "official") else 0)
-        g = math.isqrt(n)
-        if g * g != n:
-            raise CheckpointMismatchError(f"position embedding has {n} patch rows, not a square grid; "
-                                          "pass image_size for rectangular inputs")
-        s = stem_stride(resnet_layers)
-        image_size = (g * ph * s, g * pw * s)
+            unrecorded = "this checkpoint has fixed sin-cos position embeddings, so its resolution is not recorded"
+        else:
+            n = flat[pe_key].shape[1] - (1 if (pool == "token" and layout == "official") else 0)
+            g = math.isqrt(n)
+            if g * g == n:
+                s = stem_stride(resnet_layers)
+                image_size = (g * ph * s, g * pw * s)
+            else:
+                unrecorded = f"position embedding has {n} patch rows (not a square grid), so the image shape is unknown"
+        if unrecorded:
+            if fallback_image_size is None:
+                raise ImageSizeRequiredError(unrecorded)
+            image_size = fallback_image_size
     kw: dict[str, Any] = dict(
         width=width, depth=depth, num_heads=q.shape[1], mlp_dim=m.shape[1], patch_size=(ph, pw), pool=pool,
         posemb=posemb, rep_size=flat["pre_logits/kernel"].shape[1] if "pre_logits/kernel" in flat else 0,
@@ -229,7 +259,12 @@ def from_layout(flat: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, np.nda
             out[f"head/{leaf}"] = take(f"head/{leaf}")
     if cfg.resnet_layers:
         for k in [k for k in src if k.split("/")[0] in ("conv_root", "gn_root") or re.match(r"block\d+/", k)]:
-            out[f"stem/{k}"] = src.pop(k)
+            value = src.pop(k)
+            # The released hybrids (R50+ViT-B_16, AugReg R26/R50) store GroupNorm scale/bias as (1, 1, 1, C), ready
+            # to broadcast over NHWC; ours are (C,) like every other norm, and (C,) is what we write back.
+            if _STEM_GROUPNORM.fullmatch(k) and value.ndim == 4 and value.shape[:3] == (1, 1, 1):
+                value = value.reshape(value.shape[-1])
+            out[f"stem/{k}"] = value
     if missing or src:
         raise CheckpointMismatchError(
             f"{layout} checkpoint does not fit {cfg.name}: " + _describe(missing=missing, unexpected=sorted(src)))

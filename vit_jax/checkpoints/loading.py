@@ -11,9 +11,11 @@ from vit_jax.models.config import ViTConfig
 def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig, dict[str, Any]]:
     """Loads parameters (numpy, our nested layout) and the architecture from any supported checkpoint.
 
-    - `.npz`: official ViT / AugReg or big_vision layout (architecture inferred from the arrays);
+    - `.npz`: official ViT / AugReg or big_vision layout (architecture inferred from the arrays; `infer_kw` go to
+      `infer_config`, e.g. `fallback_image_size` for a file that does not record its resolution);
     - `.safetensors`: a timm ViT state dict (as written by `vit-jax convert --to timm`);
     - a directory: one of our training runs (workdir), its `checkpoints/` folder, or a single step folder.
+    Our run directories and timm exports record their resolution, so `fallback_image_size` is not used there.
     """
     path = os.fspath(path)
     if path.endswith(".npz"):

@@ -22,12 +22,19 @@ def expected_flat_shapes(cfg: ViTConfig) -> dict[str, Any]:
 
 
 def load_npz_params(path: str, cfg: ViTConfig | None = None, **infer_kw: Any) -> tuple[ViTConfig, dict[str, Any]]:
-    """Reads an official/big_vision .npz. With `cfg=None` the architecture is inferred from the checkpoint."""
-    raw = load_npz(path)
+    """Reads an official/big_vision .npz. With `cfg=None` the architecture is inferred from the checkpoint.
+
+    What was left out of the file (a train checkpoint's optimizer state) is printed and named in any mismatch error.
+    """
+    notes: list[str] = []
+    raw = load_npz(path, notes)
+    for note in notes:
+        print(f"{path}: {note}")
     if cfg is None:
         cfg = infer_config(raw, **infer_kw)
     flat = from_layout(raw, cfg)
-    check_against(flat, expected_flat_shapes(cfg), f"{path} ({detect_layout(raw)} layout) vs {cfg.name}")
+    source = "; ".join([f"{detect_layout(raw)} layout", *notes])
+    check_against(flat, expected_flat_shapes(cfg), f"{path} ({source}) vs {cfg.name}")
     return cfg, unflatten(flat)
 
 

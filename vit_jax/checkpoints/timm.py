@@ -3,11 +3,13 @@
 timm key names and tensor layouts (PyTorch: Linear weight (out, in), Conv2d weight (out, in, kh, kw)):
 `cls_token`, `pos_embed` (class row included when the model has a class token), `patch_embed.proj.*`,
 `blocks.{i}.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/mlp.fc2.*`, `norm.*`, `head.*`, and for attention pooling
-`attn_pool.{latent,q,kv,proj,norm,mlp.fc1,mlp.fc2}`. Hybrids put the BiT stem under `patch_embed.backbone`.
+`attn_pool.{latent,q,kv,proj,norm,mlp.fc1,mlp.fc2}`.
 
-The matching timm constructor arguments are written to the file's metadata (`timm_kwargs`): for global-average
-pooling they include `fc_norm=False` so that timm applies the final LayerNorm before pooling, as the ViT paper does.
-timm's VisionTransformer has no pre-logits (representation) layer, so such models must drop it first.
+The matching timm constructor arguments are written to the file's metadata (`timm_kwargs`), so that
+`VisionTransformer(**timm_kwargs)` computes the same function: for global-average pooling they include `fc_norm=False`
+so that timm applies the final LayerNorm before pooling, as the ViT paper does, and for our default tanh-approximate
+GELU `act_layer='gelu_tanh'` (timm's default is the exact erf GELU). timm's VisionTransformer has no pre-logits
+(representation) layer, so such models must drop it first, and it cannot hold a ResNet stem: plain ViTs only.
 """
 
 from __future__ import annotations
@@ -33,28 +35,26 @@ def _unconv(weight: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(weight.transpose(2, 3, 1, 0))
 
 
-def _stem_pairs(cfg: ViTConfig):
-    """(our key, timm key, is_conv) for the hybrid stem."""
-    yield "stem/conv_root/kernel", "patch_embed.backbone.stem.conv.weight", True
-    for leaf, t in (("scale", "weight"), ("bias", "bias")):
-        yield f"stem/gn_root/{leaf}", f"patch_embed.backbone.stem.norm.{t}", False
-    for s, units in enumerate(cfg.resnet_layers):
-        for u in range(units):
-            ours = f"stem/block{s + 1}/unit{u + 1}"
-            timm = f"patch_embed.backbone.stages.{s}.blocks.{u}"
-            names = [(f"conv{r}", f"conv{r}", f"gn{r}", f"norm{r}") for r in (1, 2, 3)]
-            if u == 0:
-                names.append(("conv_proj", "downsample.conv", "gn_proj", "downsample.norm"))
-            for conv, tconv, gn, tnorm in names:
-                yield f"{ours}/{conv}/kernel", f"{timm}.{tconv}.weight", True
-                for leaf, t in (("scale", "weight"), ("bias", "bias")):
-                    yield f"{ours}/{gn}/{leaf}", f"{timm}.{tnorm}.{t}", False
+def check_timm_compatible(cfg: ViTConfig) -> None:
+    """Raises ValueError (one line, with the fix) for a model that timm's VisionTransformer cannot express."""
+    # A hybrid needs timm's HybridEmbed around a ResNetV2 backbone, which no VisionTransformer(**kwargs) builds;
+    # rather than a file that loads into nothing, say so.
+    if cfg.resnet_layers:
+        raise ValueError(f"timm export supports plain ViTs only: {cfg.name} has a ResNet stem; keep the official or "
+                         "big_vision npz layout for hybrids")
+    if cfg.rep_size:
+        raise ValueError("timm's VisionTransformer has no pre-logits layer: convert with --drop-pre-logits "
+                         "(the head is then re-initialised) or keep the official npz layout")
+    if cfg.posemb != "learn":
+        raise ValueError("timm export needs a learned position embedding (timm has no fixed sin-cos ViT posemb)")
 
 
 def timm_kwargs(cfg: ViTConfig) -> dict[str, Any]:
     kw: dict[str, Any] = dict(img_size=list(cfg.image_size), patch_size=list(cfg.patch_size), embed_dim=cfg.width,
                               depth=cfg.depth, num_heads=cfg.num_heads, mlp_ratio=cfg.mlp_dim / cfg.width,
                               num_classes=cfg.num_classes, qkv_bias=True)
+    if cfg.gelu == "tanh":  # timm resolves the name with get_act_layer; erf models keep timm's default nn.GELU
+        kw["act_layer"] = "gelu_tanh"
     if cfg.pool == "token":
         kw.update(global_pool="token", class_token=True)
     elif cfg.pool == "gap":
@@ -66,16 +66,9 @@ def timm_kwargs(cfg: ViTConfig) -> dict[str, Any]:
 
 def to_timm(params: dict[str, Any], cfg: ViTConfig) -> dict[str, np.ndarray]:
     """Our parameters -> timm state dict (numpy arrays)."""
-    if cfg.rep_size:
-        raise ValueError("timm's VisionTransformer has no pre-logits layer: convert with --drop-pre-logits "
-                         "(the head is then re-initialised) or keep the official npz layout")
-    if cfg.posemb != "learn":
-        raise ValueError("timm export needs a learned position embedding (timm has no fixed sin-cos ViT posemb)")
+    check_timm_compatible(cfg)
     p = {k: np.asarray(v) for k, v in flatten(params).items()}
     out: dict[str, np.ndarray] = {}
-    if cfg.resnet_layers:
-        for ours, timm, is_conv in _stem_pairs(cfg):
-            out[timm] = _conv(p[ours]) if is_conv else p[ours]
     out["patch_embed.proj.weight"] = _conv(p["embedding/kernel"])
     out["patch_embed.proj.bias"] = p["embedding/bias"]
     if cfg.pool == "token":
@@ -119,6 +112,7 @@ def to_timm(params: dict[str, Any], cfg: ViTConfig) -> dict[str, np.ndarray]:
 
 def from_timm(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
     """timm state dict -> our parameters (exact inverse of `to_timm`)."""
+    check_timm_compatible(cfg)
     sd = dict(sd)
     d, h = cfg.width, cfg.num_heads
     k = d // h
@@ -129,9 +123,6 @@ def from_timm(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
             raise CheckpointMismatchError(f"timm state dict lacks '{key}' needed by {cfg.name}")
         return np.asarray(sd.pop(key))
 
-    if cfg.resnet_layers:
-        for ours, timm, is_conv in _stem_pairs(cfg):
-            p[ours] = _unconv(pop(timm)) if is_conv else pop(timm)
     p["embedding/kernel"] = _unconv(pop("patch_embed.proj.weight"))
     p["embedding/bias"] = pop("patch_embed.proj.bias")
     if cfg.pool == "token":
@@ -194,7 +185,7 @@ def save_timm(path: str, params: dict[str, Any], cfg: ViTConfig) -> None:
     meta = {"format": "pt", "timm_kwargs": json.dumps(timm_kwargs(cfg)), "vit_jax_config": json.dumps(
         {"variant_name": cfg.name, **{f: getattr(cfg, f) for f in ("image_size", "patch_size", "width", "depth",
                                                                   "mlp_dim", "num_heads", "pool", "num_classes",
-                                                                  "resnet_layers", "resnet_width")}})}
+                                                                  "gelu")}})}
     save_file(to_timm(params, cfg), path, metadata=meta)
 
 
@@ -230,5 +221,7 @@ def infer_timm_config(sd: dict[str, np.ndarray], meta: dict[str, Any] | None = N
     from vit_jax.models.config import SIZES
 
     heads = next((s["num_heads"] for s in SIZES.values() if s["width"] == width), max(width // 64, 1))
+    # Without our metadata the file is timm's own: its VisionTransformer defaults to the exact (erf) GELU.
     return vit_config(width=width, depth=depth, mlp_dim=mlp, num_heads=heads, patch_size=(ph, pw), pool=pool,
-                      image_size=(g * ph, g * pw), num_classes=sd["head.weight"].shape[0] if "head.weight" in sd else 0)
+                      image_size=(g * ph, g * pw), num_classes=sd["head.weight"].shape[0] if "head.weight" in sd else 0,
+                      gelu="erf")

@@ -1,0 +1,83 @@
+"""`vit-jax predict`: a run checkpoint's recorded eval preprocessing on image files, and --image-size."""
+
+import jax
+import numpy as np
+import optax
+from PIL import Image
+
+from tests.conftest import GOLDEN
+from vit_jax import cli
+from vit_jax.checkpoints.npz import save_npz_params
+from vit_jax.checkpoints.training import RunCheckpointer, model_meta
+from vit_jax.data import pp as pp_lib
+from vit_jax.models import vit_config
+from vit_jax.models.vit import FunctionalViT
+from vit_jax.predict import predict
+from vit_jax.train.step import init_state
+
+# What the trainer records as pp_eval; the label op cannot apply to bare image files and must be left out.
+PP_EVAL = "decode|resize_small(36)|central_crop(32)|value_range(-1,1)|onehot(5)"
+
+
+def _params(cfg, seed=0):
+    params = FunctionalViT(cfg).init(jax.random.key(seed))
+    # Perturb every leaf so zero-initialised ones (head, cls) matter too.
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda x: np.asarray(x) + rng.normal(size=x.shape).astype(x.dtype), params)
+
+
+def _image_folder(folder, sizes=((40, 50), (50, 40), (32, 32))):
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for i, (h, w) in enumerate(sizes):
+        image = Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8))
+        image.save(folder / (f"im{i}.png" if i % 2 == 0 else f"im{i}.jpg"))
+    return folder
+
+
+def test_predict_on_a_folder_applies_the_runs_recorded_eval_preprocessing(tmp_path):
+    cfg = vit_config(width=64, depth=2, mlp_dim=128, num_heads=4, image_size=32, patch_size=8, num_classes=5)
+    params = _params(cfg)
+    # A run workdir as the trainer writes it: the full train state (params + optimizer) and the run metadata.
+    workdir = tmp_path / "run"
+    ckpt = RunCheckpointer(str(workdir / "checkpoints"), async_save=False)
+    state = init_state(jax.tree.map(jax.numpy.asarray, params), optax.adam(1e-3), jax.random.key_data(
+        jax.random.key(0)))
+    ckpt.save(3, state, {"step": 3}, {"model": model_meta(cfg), "pp_eval": PP_EVAL}, wait=True)
+    ckpt.close()
+    folder = _image_folder(tmp_path / "images")
+    out = tmp_path / "logits.npy"
+    assert cli.main(["predict", "--checkpoint", str(workdir), "--images", str(folder), "--output", str(out)]) == 0
+    logits = np.load(out)
+    assert logits.shape == (3, 5)
+    fn = pp_lib.build(PP_EVAL.rsplit("|", 1)[0])
+    images = []
+    for name in sorted(p.name for p in folder.iterdir()):
+        images.append(fn({"image": (folder / name).read_bytes()}, np.random.default_rng(0))["image"])
+    np.testing.assert_allclose(logits, predict(params, cfg, np.stack(images)), rtol=0, atol=1e-6)
+
+
+def test_predict_image_size_for_checkpoints_that_do_not_record_it(tmp_path, capsys):
+    cfg = vit_config(width=64, depth=1, mlp_dim=128, num_heads=4, image_size=(16, 24), patch_size=8, num_classes=3,
+                     posemb="sincos2d", pool="gap")
+    params = _params(cfg)
+    ckpt = tmp_path / "sincos.npz"
+    save_npz_params(str(ckpt), params, cfg)
+    folder = _image_folder(tmp_path / "images")
+    out = tmp_path / "logits.npy"
+    base = ["predict", "--checkpoint", str(ckpt), "--output", str(out)]
+    assert cli.main([*base, "--images", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pass --image-size" in err, err
+    assert cli.main([*base, "--images", str(folder), "--image-size", "16x24"]) == 0
+    assert np.load(out).shape == (3, 3)
+    # Arrays of images carry their own size: no flag needed.
+    images = np.random.default_rng(2).uniform(-1, 1, (2, 16, 24, 3)).astype(np.float32)
+    np.save(tmp_path / "images.npy", images)
+    assert cli.main([*base, "--images", str(tmp_path / "images.npy")]) == 0
+    np.testing.assert_allclose(np.load(out), predict(params, cfg, images), rtol=0, atol=1e-6)
+    # A size that contradicts the one the checkpoint records is an error, not silently ignored.
+    capsys.readouterr()
+    assert cli.main(["predict", "--checkpoint", str(GOLDEN / "tiny_token.npz"), "--images", str(folder),
+                     "--output", str(out), "--image-size", "48"]) == 2
+    assert "records image size 32x32" in capsys.readouterr().err
