@@ -40,8 +40,9 @@ def check_timm_compatible(cfg: ViTConfig) -> None:
     # A hybrid needs timm's HybridEmbed around a ResNetV2 backbone, which no VisionTransformer(**kwargs) builds;
     # rather than a file that loads into nothing, say so.
     if cfg.resnet_layers:
-        raise ValueError(f"timm export supports plain ViTs only: {cfg.name} has a ResNet stem; keep the official or "
-                         "big_vision npz layout for hybrids")
+        raise ValueError(f"timm export supports plain ViTs only: {cfg.name} has a ResNet stem; convert it with "
+                         "--to official instead, which timm reads with its own npz loader (as it loads the released "
+                         "R50+ViT files)")
     if cfg.rep_size:
         raise ValueError("timm's VisionTransformer has no pre-logits layer: convert with --drop-pre-logits "
                          "(the head is then re-initialised) or keep the official npz layout")
