@@ -3,6 +3,9 @@
 import collections
 import io
 import json
+import shutil
+import tarfile
+import types
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +13,26 @@ import pytest
 from PIL import Image
 
 from vit_jax.data import datasets, imagenet21k, staging
+from vit_jax.data.decode import sanitize_image
+
+
+@pytest.fixture
+def deleted_staging(monkeypatch):
+    """What each staging folder held when prepare_builder deleted it: {"path", "sizes": {file: bytes}, "tars"}."""
+    seen = []
+
+    def members(tar_path):
+        with tarfile.open(tar_path) as tar:
+            return tar.getnames()
+
+    def rmtree(path):
+        path = Path(path)
+        seen.append({"path": path, "sizes": {p.name: p.stat().st_size for p in path.iterdir()},
+                     "tars": {p.name: members(p) for p in path.glob("*.tar")}})
+        shutil.rmtree(path)
+
+    monkeypatch.setattr(datasets, "shutil", types.SimpleNamespace(rmtree=rmtree))
+    return seen
 
 
 def labels_of(ds, split):
@@ -32,7 +55,7 @@ def test_digits_counts_split_and_images(digits_ds):
     assert len(ids) == 1797  # disjoint splits covering every digit
 
 
-def test_image_folder_with_hash_split_and_bad_files(tmp_path, gen):
+def test_image_folder_with_hash_split_and_bad_files(tmp_path, gen, deleted_staging):
     root = tmp_path / "pets"
     for c, cls in enumerate(["cat", "dog", "eel"]):
         (root / cls).mkdir(parents=True)
@@ -51,6 +74,17 @@ def test_image_folder_with_hash_split_and_bad_files(tmp_path, gen):
     train_ids = {ds.source("train")[i]["id"].decode() for i in range(ds.num_examples("train"))}
     test_ids = {ds.source("test")[i]["id"].decode() for i in range(ds.num_examples("test"))}
     assert not train_ids & test_ids and "dog/not_a_jpeg.JPEG" in train_ids | test_ids
+    # The JPEGs were read from the folder again, byte for byte; staging held only the converted PNG, and is gone.
+    stored = {ex["id"].decode(): ex["image"] for split in ("train", "test")
+              for ex in (ds.source(split)[i] for i in range(ds.num_examples(split)))}
+    assert all(stored[f"{c}/{k}.jpg"] == (root / c / f"{k}.jpg").read_bytes() for c in ("cat", "dog", "eel")
+               for k in range(12))
+    assert stored["dog/not_a_jpeg.JPEG"] == sanitize_image(gen.bad_images()["converted_png"])[0]
+    [staged] = deleted_staging
+    assert staged["tars"] == {"dog.tar": ["dog/not_a_jpeg.JPEG"]} and sorted(staged["sizes"]) == [
+        "cat.json", "dog.json", "dog.tar", "eel.json"]
+    assert report["staging_bytes"] == sum(staged["sizes"].values())
+    assert report["staging_deleted"] == str(staged["path"]) and not staged["path"].exists()
 
 
 def test_image_folder_with_split_folders_and_tfrecord_format(tmp_path, gen):
@@ -103,19 +137,40 @@ def test_imagenet21k_fall11_from_outer_tar(tmp_path, gen):
     report = json.loads((Path(ds.builder.data_dir) / "build_report.json").read_text())
     assert report["counts"] == {"kept": 24, "converted_cmyk": 1, "converted_grayscale": 1, "converted_png": 1,
                                 "skipped_corrupt": 1, "skipped_truncated": 1, "skipped_tiny": 1}
-    src = ds.source("train")
-    stored = {src[i]["id"].decode(): src[i]["image"] for i in range(len(src))}
-    some_id = next(k for k in stored if k.startswith(chosen[0]))
-    assert stored[some_id] == files[chosen[0]][some_id.split("/")[1]]  # original JPEG bytes, not re-encoded
+    # Every stored image: the archive's original bytes (re-read from it, not re-encoded) or the one conversion.
+    stored = {ex["id"].decode(): ex["image"] for split in ("train", "validation")
+              for ex in (ds.source(split)[i] for i in range(ds.num_examples(split)))}
+    originals = {f"{s}/{name}": data for s, by_name in files.items() for name, data in by_name.items()}
+    assert len(stored) == 27 and sum(stored[i] == originals[i] for i in stored) == 24
+    assert all(stored[i] == sanitize_image(originals[i])[0] for i in stored)
     held = imagenet21k.holdout(sorted(files[chosen[2]]), 50)
     val_ids = {ds.source("validation")[i]["id"].decode() for i in range(ds.num_examples("validation"))}
     assert {f"{chosen[2]}/{n}" for n in held} <= val_ids
 
 
-def test_imagenet21k_winter21_from_folder_of_tars(tmp_path, gen):
+def test_imagenet21k_staging_holds_no_train_jpeg_bytes(tmp_path, gen, deleted_staging):
+    synsets = imagenet21k.fall11_synsets()[:3]
+    files = {s: {f"{s}_{k}.JPEG": gen.encode(gen.photo(128, 160, seed=i * 100 + k)) for k in range(60)}
+             for i, s in enumerate(synsets)}
+    manual = make_release(tmp_path, gen, "fall11", files, "outer")
+    ds = datasets.open_dataset("imagenet21k/fall11_holdout2", data_dir=str(tmp_path / "tfds"), manual_dir=str(manual))
+    assert ds.num_examples("train") == 3 * 58 and ds.num_examples("validation") == 3 * 2
+    # Ordinary RGB JPEGs: staging held the names and the 2 held-out images per synset, nothing of the train split.
+    [staged] = deleted_staging
+    assert staged["path"].name == "imagenet21k_fall11_holdout2_staging" and not staged["path"].exists()
+    assert staged["tars"] == {f"{s}.tar": [n for n in files[s] if n in imagenet21k.holdout(list(files[s]), 2)]
+                              for s in synsets}
+    # 2 of 60 images (3%), tar padding (10 KiB records) and the json: well below the archive's size.
+    assert sum(staged["sizes"].values()) < (manual / "fall11_whole.tar").stat().st_size / 10
+    report = json.loads((Path(ds.builder.data_dir) / "build_report.json").read_text())
+    assert report["staging_bytes"] == sum(staged["sizes"].values()) and report["counts"] == {"kept": 180}
+
+
+@pytest.mark.parametrize("form", ["folder", "outer"])  # a folder of tars, or winter21_whole.tar.gz (streamed twice)
+def test_imagenet21k_winter21_from_folder_of_tars_or_tar_gz(tmp_path, gen, form):
     names = ["n09999999", "n00000002", "n01440764"]
     files = gen.imagenet_synsets(3, 6, seed=3, synsets=names)
-    manual = make_release(tmp_path, gen, "winter21", files, "folder")
+    manual = make_release(tmp_path, gen, "winter21", files, form)
     ds = datasets.open_dataset("imagenet21k/winter21_holdout2", data_dir=str(tmp_path / "tfds"), manual_dir=str(manual))
     assert ds.num_classes == 3 and ds.builder.info.features["label"].names == sorted(names)
     assert ds.num_examples("validation") == 6 and ds.num_examples("train") == 12
@@ -142,8 +197,8 @@ def test_imagenet21k_build_resumes_after_interruption(tmp_path, gen, monkeypatch
     monkeypatch.setattr(staging, "sanitize_image", failing)
     with pytest.raises(Interrupted):
         datasets.open_dataset("imagenet21k", data_dir=data_dir, manual_dir=str(manual), num_workers=1)
-    staged = sorted(p.name for p in (Path(data_dir) / "downloads" / "imagenet21k_fall11_staging").glob("*.tar"))
-    assert staged == [f"{synsets[0]}.tar", f"{synsets[1]}.tar"]
+    staging_dir = Path(data_dir) / "downloads" / "imagenet21k_fall11_staging"
+    assert sorted(p.name for p in staging_dir.glob("*.json")) == [f"{synsets[0]}.json", f"{synsets[1]}.json"]
 
     monkeypatch.setattr(staging, "sanitize_image", real)
     calls = []
@@ -153,6 +208,58 @@ def test_imagenet21k_build_resumes_after_interruption(tmp_path, gen, monkeypatch
     report = json.loads((Path(ds.builder.data_dir) / "build_report.json").read_text())
     assert report["resumed_units"] == 2 and report["counts"] == {"kept": 12}
     assert ds.num_examples("train") + ds.num_examples("validation") == 12
+    assert not staging_dir.exists() and report["staging_deleted"] == str(staging_dir)
+
+
+def test_staging_keeps_names_and_converted_bytes_and_rereads_the_rest(tmp_path, gen):
+    good = {f"{k}.jpg": gen.encode(gen.photo(40, 48, seed=k)) for k in range(4)}
+    bad = gen.bad_images()
+    files = {"0.jpg": good["0.jpg"], "gray.jpg": bad["converted_grayscale"], "broken.jpg": bad["skipped_truncated"],
+             **good}
+    reads = []
+
+    def source(files=files):  # counts the files whose bytes are read
+        return ((name, lambda name=name, data=data: reads.append(name) or data) for name, data in files.items())
+
+    staged = staging.stage_units([("u", source)], tmp_path / "staging", workers=1)
+    assert staged.file_names("u") == ["0.jpg", "gray.jpg", "1.jpg", "2.jpg", "3.jpg"]
+    with tarfile.open(tmp_path / "staging" / "u.tar") as tar:
+        assert tar.getnames() == ["gray.jpg"]
+    reads.clear()
+    converted = sanitize_image(bad["converted_grayscale"])[0]
+    assert list(staged.files("u", source, only={"gray.jpg", "2.jpg"})) == [("gray.jpg", converted),
+                                                                           ("2.jpg", good["2.jpg"])]
+    assert reads == ["2.jpg"]  # skipped, dropped and staged files are never read from the source
+    assert list(staged.files("u", None, only={"gray.jpg"})) == [("gray.jpg", converted)]  # source not needed
+    changed = {**files, "3.jpg": good["3.jpg"] + b"\0"}
+    with pytest.raises(staging.SourceChangedError, match=r"u/3\.jpg .*delete .*staging and prepare again"):
+        list(staged.files("u", lambda: source(changed)))
+
+
+def test_manual_dir_may_name_the_archive_its_folder_or_the_synset_tars(tmp_path, gen):
+    manual = make_release(tmp_path, gen, "fall11", gen.imagenet_synsets(1, 2, synsets=["n00004475"]), "outer")
+    archive = manual / "fall11_whole.tar"
+    assert imagenet21k.find_release(archive, "fall11") == archive  # the README's --manual_dir /data/fall11_whole.tar
+    assert imagenet21k.find_release(manual, "fall11") == archive
+    tars = tmp_path / "tars"
+    tars.mkdir()
+    (tars / "n00004475.tar").write_bytes(gen.synset_tar_bytes({"n00004475_0.JPEG": gen.encode(gen.photo(9, 9))}))
+    assert imagenet21k.find_release(tars, "fall11") == tars
+    with pytest.raises(FileNotFoundError, match="winter21_whole.tar.gz"):
+        imagenet21k.find_release(manual, "winter21")
+
+
+def test_url_data_dir_is_kept_as_given_and_refused_clearly(monkeypatch):
+    # Nothing may reach the network: no builder is even made.
+    monkeypatch.setattr(datasets, "make_builder", lambda *a, **k: pytest.fail("make_builder called for a URL"))
+    for name, data_dir, what in (("digits", "gs://bucket/tfds", "data_dir gs://bucket/tfds:"),
+                                 ("folder:gs://bucket/photos", "/tmp/tfds", "image folder gs://bucket/photos:")):
+        with pytest.raises(datasets.DataNotFoundError) as e:
+            datasets.open_dataset(name, data_dir=data_dir)
+        message = str(e.value)
+        assert message.startswith(what) and "gs:/" not in message.replace("gs://", "") and "\n" not in message
+        assert "local disk only" in message and "gcloud storage cp -r" in message
+    assert datasets.is_url("s3://b/x") and not datasets.is_url("/data/gs:/x") and not datasets.is_url("rel/dir")
 
 
 def test_missing_data_errors_name_the_expected_files(tmp_path):

@@ -194,6 +194,32 @@ def test_iterator_survives_bad_records_and_exposes_the_count(digits_ds, monkeypa
     assert all(np.isfinite(b["image"]).all() for b in batches)
 
 
+def test_eval_masks_out_an_undecodable_record_and_counts_it_once(digits_ds, monkeypatch):
+    from vit_jax.eval import classification
+
+    n, batch, bad = digits_ds.num_examples("test"), 64, 5  # record 5 is also the padding of position 365
+    kw = dict(pp=EVAL_PP, global_batch_size=batch, sharding=mesh_sharding())
+    clean = [to_numpy(b) for b in pipeline.eval_iterator(digits_ds, "test", **kw)]
+    monkeypatch.setitem(digits_ds._sources, "test", CorruptingSource(digits_ds.source("test"), {bad}))
+    seen = []
+
+    def eval_step(params, b):  # what the trainer's eval step sums, plus a record of every batch
+        seen.append(to_numpy(b))
+        return {"count": b["_mask"].sum(), "label": (b["_mask"] * b["label"]).sum()}
+
+    it = pipeline.eval_iterator(digits_ds, "test", **kw)
+    result = classification.evaluate(eval_step, None, it)
+    assert result["count"] == n - 1 and result["undecodable"] == 1
+    assert it.num_undecodable == 1 and it.num_substituted == 0
+    mask = np.concatenate([b["_mask"] for b in seen])
+    assert sorted(np.flatnonzero(mask)) == [p for p in range(n) if p != bad]  # every good example, once
+    for got, want in zip(seen, clean):
+        real = got["_mask"] > 0
+        np.testing.assert_array_equal(got["image"][real], want["image"][real])
+    labels = np.concatenate([b["label"] for b in clean])
+    assert result["label"] * result["count"] == pytest.approx(labels[:n].sum() - labels[bad])
+
+
 def test_set_state_rejects_a_state_from_other_settings(digits_ds):
     it = pipeline.train_iterator(digits_ds, pp=EVAL_PP, global_batch_size=16, sharding=mesh_sharding(), seed=1)
     with pytest.raises(ValueError, match="seed=2"):

@@ -42,3 +42,23 @@ def test_prepare_missing_data_is_a_one_line_error(tmp_path, capsys):
     assert prepare.main(["imagenet21k/winter21", "--data_dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "winter21_whole.tar.gz" in err and "--manual_dir" in err
+
+
+def test_prepare_imagenet21k_with_manual_dir_naming_the_archive(tmp_path, gen, capsys):
+    # The README's command: --manual_dir /data/fall11_whole.tar (the archive itself, not its folder).
+    synsets = imagenet21k.fall11_synsets()[20:22]
+    tars = {f"{s}.tar": gen.synset_tar_bytes(gen.imagenet_synsets(1, 4, seed=i, synsets=[s])[s])
+            for i, s in enumerate(synsets)}
+    archive = tmp_path / "raw" / "fall11_whole.tar"
+    archive.parent.mkdir()
+    gen.write_tar(archive, tars)
+    argv = ["imagenet21k/fall11_holdout1", "--data_dir", str(tmp_path / "tfds"), "--manual_dir", str(archive)]
+    assert prepare.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "train: 6 examples" in out and "validation: 2 examples" in out and "deleted the build's staging folder" in out
+
+
+def test_prepare_with_a_url_data_dir_is_a_one_line_error(capsys):
+    assert prepare.main(["digits", "--data_dir", "gs://bucket/tfds"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("prepare-data: data_dir gs://bucket/tfds: ") and "local" in err

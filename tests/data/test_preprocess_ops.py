@@ -151,6 +151,47 @@ def test_inception_box_respects_area_and_aspect_ranges():
             assert 3 / 4 - 0.05 <= w / h <= 4 / 3 + 0.05
 
 
+def ks_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic: the largest gap between the empirical CDFs."""
+    points = np.concatenate([a, b])
+    cdf = lambda s: np.searchsorted(np.sort(s), points, side="right") / len(s)  # noqa: E731
+    return float(np.abs(cdf(a) - cdf(b)).max())
+
+
+def test_inception_box_is_distributed_like_tensorflow():
+    import tensorflow as tf
+
+    n = 3000
+
+    @tf.function
+    def tf_boxes(width, height, area_range):
+        def one(seed):  # big_vision's call: no boxes, whole image as the object, min_object_covered 0
+            begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+                [height, width, 3], tf.zeros([0, 0, 4]), seed=seed, min_object_covered=0.0,
+                aspect_ratio_range=(3 / 4, 4 / 3), area_range=area_range, max_attempts=100,
+                use_image_if_no_bounding_boxes=True)
+            return tf.stack([begin[1], begin[0], size[1], size[0]])
+
+        return tf.map_fn(one, tf.stack([tf.range(n), tf.range(n) * 7 + 1], 1), fn_output_signature=tf.int32)
+
+    # A landscape image, and a narrow one whose crops are limited by its width rather than by the area range.
+    for width, height in ((200, 150), (60, 300)):
+        ref = tf_boxes(width, height, (0.05, 1.0)).numpy().T
+        ours = np.array([image_ops.sample_inception_box(width, height, np.random.default_rng(i))
+                         for i in range(n)]).T
+        for name, a, b in (("x", ref[0], ours[0]), ("y", ref[1], ours[1]), ("w", ref[2], ours[2]),
+                           ("h", ref[3], ours[3]), ("area", ref[2] * ref[3], ours[2] * ours[3]),
+                           ("aspect", ref[2] / ref[3], ours[2] / ours[3])):
+            # 0.05 is the 0.1% critical value for two samples of 3000; a log-uniform aspect ratio or a uniform
+            # area (the earlier sampler) is off by more than 0.1.
+            assert ks_distance(a, b) < 0.05, (width, height, name)
+        for x, y, w, h in (ref, ours):  # TF's offset range: a crop shorter than the image never reaches its bottom
+            assert (y + h < height)[h < height].all() and (x + w < width)[w < width].all()
+    # No crop of 90%+ of the area fits a 10x200 image at these aspect ratios: both fall back to the whole image.
+    assert (tf_boxes(10, 200, (0.9, 1.0)).numpy() == [0, 0, 10, 200]).all()
+    assert image_ops.sample_inception_box(10, 200, np.random.default_rng(0), (0.9, 1.0)) == (0, 0, 10, 200)
+
+
 def test_flip_value_range_normalize():
     pixels = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3) * 10
     flipped = run("flip_lr(p=1.0)", {"image": pixels})["image"]

@@ -18,6 +18,7 @@ cv2.setNumThreads(1)
 
 # IMREAD_REDUCED_COLOR_k asks libjpeg for DCT-domain scaling by 1/k (it decodes k times fewer pixels per side);
 # those flags include IMREAD_COLOR (BGR), swapped here for RGB. EXIF orientation is ignored, like PIL and TF do.
+# IMREAD_COLOR_RGB first shipped in OpenCV 4.11.0 (absent from 4.10.0's wheels), hence setup.py's lower bound.
 _RGB = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION
 _DECODE_FLAGS = {
     1: _RGB,

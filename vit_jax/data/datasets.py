@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from functools import cached_property
 from pathlib import Path
 
@@ -26,6 +27,21 @@ class DataNotFoundError(FileNotFoundError):
 
 def default_data_dir() -> str:
     return os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
+
+
+def is_url(path: str) -> bool:
+    """`gs://...`, `s3://...`: a path with a scheme, which os.path must never touch (abspath makes it /cwd/gs:/...)."""
+    return re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
+
+
+def _check_local(path: str, what: str) -> None:
+    # TFRecord splits are read with os.pread, image folders and build staging through pathlib, and the pipeline's
+    # random access to ArrayRecord files would be one remote request per record: so a URL is refused up front,
+    # saying what works, before TFDS touches the network (or os.path.abspath turns it into /cwd/gs:/...).
+    if is_url(path):
+        raise DataNotFoundError(f"{what} {path}: vit_jax reads datasets from local disk only; copy it to a local "
+                                f"folder (e.g. `gcloud storage cp -r {path} /data/`) and pass that, or prepare the "
+                                f"dataset into a local --data_dir")
 
 
 def _import_tfds():
@@ -99,6 +115,9 @@ def prepare_builder(builder, name: str, manual_dir: str | None = None, download:
                                 f"or run `vit-jax prepare-data {name} --download` (needs network)")
     if num_workers is not None:
         builder.num_workers = num_workers
+    if Path(manual_dir).is_file():  # an archive named directly (imagenet21k): TFDS's manual_dir must be a folder
+        builder.manual_file = Path(manual_dir)
+        manual_dir = str(Path(manual_dir).parent)
     config = tfds.download.DownloadConfig(manual_dir=manual_dir, try_download_gcs=False)
     builder.download_and_prepare(download_config=config)
     report = getattr(builder, "build_report", None)
@@ -106,10 +125,17 @@ def prepare_builder(builder, name: str, manual_dir: str | None = None, download:
         return None
     out_dir = Path(builder.data_dir)
     extra = {"dataset": name, **(getattr(builder, "report_extra", None) or {})}
+    staging_dir = getattr(builder, "staging_dir", None)
+    if staging_dir is not None and Path(staging_dir).exists():
+        # The build is complete, so its resume state is no longer needed (and holds converted/held-out images).
+        shutil.rmtree(staging_dir)
+        extra["staging_deleted"] = str(staging_dir)
     report.write(out_dir / BUILD_REPORT, extra)
     if hasattr(builder, "write_extra_files"):
         builder.write_extra_files(out_dir)
     print(f"build report ({out_dir / BUILD_REPORT}): {report.summary()}")
+    if "staging_deleted" in extra:
+        print(f"deleted the build's staging folder {staging_dir} ({extra.get('staging_bytes', 0) / 2**20:.1f} MiB)")
     return {**extra, **report.to_dict()}
 
 
@@ -185,7 +211,11 @@ def open_dataset(name: str, data_dir: str | None = None, manual_dir: str | None 
 
     data_dir=None means $TFDS_DATA_DIR or ~/tensorflow_datasets. `download=True` lets TFDS fetch data.
     """
-    data_dir = os.path.abspath(os.path.expanduser(data_dir or default_data_dir()))
+    data_dir = data_dir or default_data_dir()
+    _check_local(data_dir, "data_dir")
+    if name.startswith("folder:"):
+        _check_local(name[len("folder:"):], "image folder")
+    data_dir = os.path.abspath(os.path.expanduser(data_dir))
     builder = make_builder(name, data_dir)
     if not builder.is_prepared():
         if not prepare:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import tensorflow_datasets as tfds
 
@@ -38,12 +39,14 @@ def hash_key(name: str) -> str:
 class LocalBuilderMixin:
     """Shared by vit_jax builders (list it before GeneratorBasedBuilder).
 
-    Builders fill `build_report` while generating; datasets.prepare_builder writes it next to the data. They
-    download nothing, so they have no checksums file: TFDS would otherwise look for one beside the code, through
-    a package-resources lookup that needs the importlib_resources backport.
+    Builders fill `build_report` while generating; datasets.prepare_builder writes it next to the data, and deletes
+    `staging_dir` (resumable build state, see staging.py) once the build has succeeded. They download nothing, so
+    they have no checksums file: TFDS would otherwise look for one beside the code, through a package-resources
+    lookup that needs the importlib_resources backport.
     """
 
     build_report: BuildReport | None = None
     report_extra: dict | None = None
+    staging_dir: Path | None = None
     code_path = None
     url_infos = None

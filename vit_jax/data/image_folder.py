@@ -79,26 +79,29 @@ class ImageFolder(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
         tree, has_splits = scan(root)
         classes = sorted({c for split in tree.values() for c in split})
         features.set_class_names(self.info, classes)
-        units = [(f"{split}/{cls}" if split else cls, lambda files=files: ((str(f.relative_to(root)), f.read_bytes()) for f in files))
-                 for split, by_class in tree.items() for cls, files in by_class.items()]
-        staged = staging.stage_units(
-            units, Path(dl_manager.download_dir) / f"vit_image_folder_{self.builder_config.name}_staging",
-            min_side=self.builder_config.min_side, workers=self.num_workers, total=len(units), desc=str(root))
+        # A file's bytes are read only when a pass needs them (f.read_bytes is the reader staging.files calls).
+        units = {(f"{split}/{cls}" if split else cls): lambda files=files: ((str(f.relative_to(root)), f.read_bytes)
+                                                                          for f in files)
+                 for split, by_class in tree.items() for cls, files in by_class.items()}
+        self.staging_dir = Path(dl_manager.download_dir) / f"vit_image_folder_{self.builder_config.name}_staging"
+        staged = staging.stage_units(units.items(), self.staging_dir, min_side=self.builder_config.min_side,
+                                     workers=self.num_workers, total=len(units), desc=str(root))
         self.build_report = staged.report
         self.report_extra = {"root": str(root), "has_split_folders": has_splits, "num_classes": len(classes),
-                             "resumed_units": staged.resumed}
+                             "resumed_units": staged.resumed, "staging_bytes": staged.disk_bytes()}
         label_of = {c: i for i, c in enumerate(classes)}
         if has_splits:
-            return {split: self._generate(staged, label_of, [u for u in staged.names if u.startswith(split + "/")], None)
+            return {split: self._generate_examples(staged, units, label_of,
+                                                   [u for u in staged.names if u.startswith(split + "/")], None)
                     for split in tree}
-        return {split: self._generate(staged, label_of, staged.names, split == "test") for split in ("train", "test")}
+        return {split: self._generate_examples(staged, units, label_of, staged.names, split == "test")
+                for split in ("train", "test")}
 
-    def _generate(self, staged: staging.StagedUnits, label_of: dict[str, int], units: list[str], test: bool | None):
-        for unit in units:
+    def _generate_examples(self, staged: staging.StagedUnits, units: dict, label_of: dict[str, int],
+                           unit_names: list[str], test: bool | None):
+        # Only converted images come from staging; every other kept image is read from the folder again.
+        for unit in unit_names:
             label = label_of[unit.rsplit("/", 1)[-1]]
-            for name, data in staged.files(unit):
-                if test is None or in_test_split(name) == test:
-                    yield name, features.example(data, label, name)
-
-    def _generate_examples(self, **kwargs):  # required by TFDS; _split_generators returns generators directly
-        raise NotImplementedError
+            wanted = {n for n in staged.file_names(unit) if test is None or in_test_split(n) == test}
+            for name, data in staged.files(unit, units[unit], only=wanted):
+                yield name, features.example(data, label, name)

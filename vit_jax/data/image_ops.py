@@ -30,28 +30,62 @@ def _resize(image: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     return cv.resize(image, out_h, out_w)
 
 
+def _tf_crop_at_aspect(width: int, height: int, area_range: tuple[float, float], aspect: float,
+                       rng: np.random.Generator) -> tuple[int, int, int, int] | None:
+    """One attempt of TF's GenerateRandomCrop (sample_distorted_bounding_box_op.cc) at a given aspect ratio w/h.
+
+    The height is a uniform integer between the heights of the smallest and the largest allowed area (the largest
+    also limited so that round(h * aspect) fits the width, and by the image height); the width is round(h * aspect),
+    with one pixel of height more (or less) when rounding leaves the area range. None when no such box fits.
+    Python's round() is round-half-to-even like TF's lrintf; TF's float32 arithmetic may differ in the last bit.
+    """
+    min_area, max_area = area_range[0] * width * height, area_range[1] * width * height
+    h = round(math.sqrt(min_area / aspect))
+    max_h = round(math.sqrt(max_area / aspect))
+    if round(max_h * aspect) > width:
+        max_h = int((width + 0.5 - 1e-7) / aspect)
+        if round(max_h * aspect) > width:
+            max_h -= 1
+    max_h = min(max_h, height)
+    h = min(h, max_h)
+    if h < max_h:
+        h += int(rng.integers(0, max_h - h + 1))
+    w = round(h * aspect)
+    if w * h < min_area:
+        h += 1
+        w = round(h * aspect)
+    if w * h > max_area:
+        h -= 1
+        w = round(h * aspect)
+    if not (min_area <= w * h <= max_area and 0 < w <= width and 0 < h <= height):
+        return None
+    # TF draws offsets from [0, H - h) and [0, W - w): a crop smaller than the image never touches the bottom or
+    # right edge. Kept, so that crops are distributed exactly as in big_vision.
+    y = int(rng.integers(0, height - h)) if h < height else 0
+    x = int(rng.integers(0, width - w)) if w < width else 0
+    return x, y, w, h
+
+
 def sample_inception_box(
     width: int,
     height: int,
     rng: np.random.Generator,
     area_range: tuple[float, float] = (0.05, 1.0),
     aspect_range: tuple[float, float] = (3 / 4, 4 / 3),
-    attempts: int = 10,
+    attempts: int = 100,
 ) -> tuple[int, int, int, int]:
-    """Inception-style random crop (x, y, w, h): area fraction uniform in area_range, aspect ratio log-uniform.
+    """Inception-style random crop (x, y, w, h), distributed as TF's sample_distorted_bounding_box draws it.
 
-    Like TF's sample_distorted_bounding_box, up to `attempts` tries, then the whole image.
+    That is the op big_vision's inception crops call (no boxes, use_image_if_no_bounding_boxes, min_object_covered
+    0, max_attempts 100). Per attempt the aspect ratio w/h is uniform (not log-uniform) in aspect_range, then the
+    height is a uniform integer over the heights whose area fits area_range (so the area is not uniform: small
+    crops are rarer than with a uniform area); see _tf_crop_at_aspect. After `attempts` failed attempts, the whole
+    image. The same generator state always gives the same box.
     """
-    log_lo, log_hi = math.log(aspect_range[0]), math.log(aspect_range[1])
     for _ in range(attempts):
-        area = rng.uniform(*area_range) * width * height
-        aspect = math.exp(rng.uniform(log_lo, log_hi))
-        w = int(round(math.sqrt(area * aspect)))
-        h = int(round(math.sqrt(area / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            x = int(rng.integers(0, width - w + 1))
-            y = int(rng.integers(0, height - h + 1))
-            return x, y, w, h
+        box = _tf_crop_at_aspect(width, height, area_range, rng.uniform(*aspect_range), rng)
+        if box is not None:
+            return box
     return 0, 0, width, height
 
 

@@ -9,6 +9,10 @@ Labels: fall11 uses the 21,843-synset list of the official i21k checkpoints (shi
 synsets have no images); winter21 uses the sorted synsets found in the archive (written as synsets.txt next to
 the data). Split: per synset, the `holdout_per_class` files with the smallest sha256(file name) go to
 `validation` (never more than half of a synset), the rest to `train`.
+
+Building: staging (see staging.py) reads the archive once, checking every image and keeping on disk only the
+kept file names, the converted images and the held-out validation images; writing the train split streams the
+archive a second time for the original JPEG bytes. The staging folder is deleted after a successful build.
 """
 
 from __future__ import annotations
@@ -59,10 +63,16 @@ def parse_config_name(name: str) -> Imagenet21kConfig:
 
 
 def find_release(manual_dir: str | os.PathLike, release: str) -> Path:
-    """The release archive or folder of per-synset tars in manual_dir; a one-line error naming both if absent."""
+    """The release archive or folder of per-synset tars; a one-line error naming both if absent.
+
+    manual_dir may be the archive itself (`--manual_dir /data/fall11_whole.tar`, as the README has it), a folder
+    holding it or the folder `fall11_whole/` / `winter21_whole/`, or a folder of the n*.tar files.
+    """
     manual_dir = Path(manual_dir)
     archive = ARCHIVES[release]
     folder = archive.split(".")[0]
+    if manual_dir.is_file():
+        return manual_dir
     for candidate in (manual_dir / archive, manual_dir / folder):
         if candidate.exists():
             return candidate
@@ -70,29 +80,33 @@ def find_release(manual_dir: str | os.PathLike, release: str) -> Path:
         return manual_dir
     raise FileNotFoundError(
         f"imagenet21k/{release}: expected {manual_dir / archive} or a folder {manual_dir / folder}/ of per-synset "
-        f"n*.tar files; download the release from image-net.org and pass --manual_dir")
+        f"n*.tar files; download the release from image-net.org and pass --manual_dir (the archive or its folder)")
 
 
-def _inner_files(fileobj) -> Iterator[tuple[str, bytes]]:
-    # Streaming mode: the inner tar is read front to back, nothing is extracted to disk.
-    with tarfile.open(fileobj=fileobj, mode="r|*") as inner:
+def _inner_files(**tar_source) -> staging.FileIter:
+    # Streaming mode: the inner tar is read front to back, nothing is extracted to disk. A file's bytes are read
+    # only if its reader is called (before the stream moves on); the others are skipped.
+    with tarfile.open(mode="r|*", **tar_source) as inner:
         for member in inner:
             if member.isfile():
-                yield os.path.basename(member.name), inner.extractfile(member).read()
+                yield os.path.basename(member.name), lambda member=member: inner.extractfile(member).read()
 
 
 def synset_units(source: Path) -> Iterator[staging.Unit]:
-    """(synset, files) for each per-synset tar of an outer archive (streamed) or a folder of tars."""
+    """(synset, files) for each per-synset tar of an outer archive (streamed) or a folder of tars.
+
+    Each pass over the archive streams it again: staging reads it once, writing the train split once more.
+    """
     if source.is_dir():
         for path in sorted(source.glob("n*.tar")):
-            yield path.stem, lambda path=path: _inner_files(open(path, "rb"))
+            yield path.stem, lambda path=path: _inner_files(name=path)
         return
     with tarfile.open(source, mode="r|*") as outer:
         for member in outer:
             if member.isfile() and member.name.endswith(".tar"):
-                # Must be consumed before the outer stream moves on; stage_units does (or skips it entirely).
+                # Must be read before the outer stream moves on (or not at all: the stream then skips it).
                 fileobj = outer.extractfile(member)
-                yield os.path.basename(member.name)[: -len(".tar")], lambda f=fileobj: _inner_files(f)
+                yield os.path.basename(member.name)[: -len(".tar")], lambda f=fileobj: _inner_files(fileobj=f)
 
 
 def holdout(names: list[str], per_class: int) -> set[str]:
@@ -109,6 +123,7 @@ class Imagenet21k(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
     BUILDER_CONFIGS = [make_config("fall11"), make_config("winter21")]
     MANUAL_DOWNLOAD_INSTRUCTIONS = "Place fall11_whole.tar or winter21_whole.tar.gz (or a folder of n*.tar) in manual_dir."
     num_workers: int | None = None  # image-checking threads while staging (None: all cores)
+    manual_file: Path | None = None  # the archive when --manual_dir names it (TFDS's manual_dir must be a folder)
 
     def _info(self) -> tfds.core.DatasetInfo:
         names = fall11_synsets() if self.builder_config.release == "fall11" else None
@@ -117,11 +132,15 @@ class Imagenet21k(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
 
     def _split_generators(self, dl_manager):
         cfg = self.builder_config
-        source = find_release(dl_manager.manual_dir, cfg.release)
+        source = find_release(self.manual_file or dl_manager.manual_dir, cfg.release)
+        # Per holdout size: the held-out images are staged (see below), so another holdout needs its own staging.
+        self.staging_dir = Path(dl_manager.download_dir) / f"imagenet21k_{cfg.name}_staging"
         staged = staging.stage_units(
-            synset_units(source), Path(dl_manager.download_dir) / f"imagenet21k_{cfg.release}_staging",
-            min_side=cfg.min_side, workers=self.num_workers,
-            total=len(list(source.glob("n*.tar"))) if source.is_dir() else None, desc=f"imagenet21k/{cfg.release}")
+            synset_units(source), self.staging_dir, min_side=cfg.min_side, workers=self.num_workers,
+            total=len(list(source.glob("n*.tar"))) if source.is_dir() else None, desc=f"imagenet21k/{cfg.release}",
+            # The validation images (at most holdout_per_class per synset, ~7% of fall11 at 50) are staged, so
+            # the validation split is written without a third pass over the archive.
+            keep_bytes=lambda synset, names: holdout(names, cfg.holdout_per_class))
         if cfg.release == "fall11":
             synsets = fall11_synsets()
         else:
@@ -134,16 +153,34 @@ class Imagenet21k(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
                              f"{unknown[:3]}; is this the {cfg.release} release?")
         self.build_report = staged.report
         self.report_extra = {"synsets_in_archive": len(staged.names), "resumed_units": staged.resumed,
-                             "num_classes": len(synsets), "holdout_per_class": cfg.holdout_per_class}
+                             "num_classes": len(synsets), "holdout_per_class": cfg.holdout_per_class,
+                             "staging_bytes": staged.disk_bytes()}
         self._synsets = synsets
-        return {split: self._generate_examples(staged, label_of, split) for split in ("train", "validation")}
+        return {split: self._generate_examples(staged, label_of, split, source) for split in ("train", "validation")}
 
-    def _generate_examples(self, staged: staging.StagedUnits, label_of: dict[str, int], split: str):
-        for synset in staged.names:
+    def _generate_examples(self, staged: staging.StagedUnits, label_of: dict[str, int], split: str, source: Path):
+        if split == "train":
+            return self._generate_train(staged, label_of, source)
+        return self._generate_validation(staged, label_of)
+
+    def _generate_train(self, staged: staging.StagedUnits, label_of: dict[str, int], source: Path):
+        # The original JPEG bytes are streamed from the archive again; only converted images come from staging.
+        seen = 0
+        for synset, open_files in synset_units(source):
             names = staged.file_names(synset)
-            held = holdout(names, self.builder_config.holdout_per_class)
-            wanted = held if split == "validation" else set(names) - held
-            for name, data in staged.files(synset, only=wanted):
+            wanted = set(names) - holdout(names, self.builder_config.holdout_per_class)
+            for name, data in staged.files(synset, open_files, only=wanted):
+                file_id = f"{synset}/{name}"
+                yield file_id, features.example(data, label_of[synset], file_id)
+            seen += 1
+        if seen != len(staged.names):
+            raise staging.SourceChangedError(f"imagenet21k: the archive now has {seen} synsets, staging found "
+                                             f"{len(staged.names)}; delete {staged.directory} and prepare again")
+
+    def _generate_validation(self, staged: staging.StagedUnits, label_of: dict[str, int]):
+        for synset in staged.names:  # every held-out image was staged: no pass over the archive
+            held = holdout(staged.file_names(synset), self.builder_config.holdout_per_class)
+            for name, data in staged.files(synset, only=held):
                 file_id = f"{synset}/{name}"
                 yield file_id, features.example(data, label_of[synset], file_id)
 

@@ -8,7 +8,9 @@ Guarantees (tested in tests/data/test_pipeline.py):
 - Resume is exact: `get_state()` is a small JSON-able dict, identical on every process; restoring it (on any
   topology) continues with exactly the batches an uninterrupted run would have produced.
 - Eval runs in fixed order; the last batch is padded and `_mask` marks real rows, so every example counts once.
-- A record that cannot be decoded is replaced by the next record (deterministically), counted, never fatal.
+- A record that cannot be decoded is never fatal: in training it is replaced by the next record
+  (deterministically) and counted; in eval its row is masked out like padding (so no example counts twice) and
+  counted as undecodable.
 
 Why a small thread pool rather than Grain: Grain shards a dataset per process (`ds[process_index::count]`),
 which makes batch contents depend on the process count; here work is addressed by global position, which keeps
@@ -177,22 +179,32 @@ class _Loader:
                 with self._lock:
                     self.substituted += 1
                     if self.substituted <= 10:
-                        log.warning("record %d is undecodable (%s); using record %d instead", index, e,
-                                    (index + 1) % len(self.source))
+                        log.warning("record %d is undecodable (%s); record %d fills its row (masked out in eval)",
+                                    index, e, (index + 1) % len(self.source))
         raise RuntimeError(f"{MAX_SUBSTITUTES + 1} consecutive records from {record} cannot be decoded; "
                            f"the prepared data is damaged: prepare it again")
 
-    def load_rows(self, rows: _Rows, records: np.ndarray, positions: np.ndarray, lo: int, hi: int) -> int:
-        """Loads rows [lo, hi) of a batch into `rows`; returns the number of undecodable records skipped."""
-        substituted = 0
+    def load_rows(self, rows: _Rows, records: np.ndarray, positions: np.ndarray, lo: int, hi: int,
+                  mask: np.ndarray | None = None) -> int:
+        """Loads rows [lo, hi) of a batch into `rows`; returns the number of undecodable records met.
+
+        Train (mask None): the count of records skipped by substitution. Eval: a real row (mask 1) whose record is
+        undecodable is still filled by the next record, so the batch keeps one shape, but its mask is set to 0 in
+        place, like padding: the substitute is counted at its own position, never twice. Counted: such rows.
+        """
+        bad = 0
         for row in range(lo, hi):
             if rows.cancelled:
                 break
             image_out = rows.image_out(row)
             ex, skipped = self.load_counted(records[row], positions[row], image_out)
             rows.put(row, ex, written=image_out)
-            substituted += skipped
-        return substituted
+            if mask is None:
+                bad += skipped
+            elif skipped and mask[row] > 0:
+                mask[row] = 0.0
+                bad += 1
+        return bad
 
 
 def _chunks(size: int, count: int) -> list[tuple[int, int]]:
@@ -225,7 +237,7 @@ def load_local_batch(loader: _Loader, plan: BatchPlan, step: int, lo: int, hi: i
     """The process-local numpy batch (rows [lo, hi)) at `step`, loaded synchronously."""
     records, positions, mask = plan.rows(step, lo, hi)
     rows = _Rows(len(records))
-    loader.load_rows(rows, records, positions, 0, len(records))
+    loader.load_rows(rows, records, positions, 0, len(records), mask)
     batch = rows.arrays
     if mask is not None:
         batch["_mask"] = mask
@@ -255,6 +267,7 @@ class BatchIterator:
         self._queue: collections.deque = collections.deque()
         self._recycler = _Recycler()
         self._substituted = 0
+        self._undecodable = 0
         self._reset(start_step)
 
     def _reset(self, step: int) -> None:
@@ -265,24 +278,24 @@ class BatchIterator:
         self._step = self._submitted = int(step)
 
     def _assemble(self, rows: _Rows, chunks: list, mask: np.ndarray | None) -> tuple[dict[str, jax.Array], int]:
-        substituted = sum(chunk.result() for chunk in chunks)
+        bad = sum(chunk.result() for chunk in chunks)  # after this the workers' writes to `mask` are done
         if rows.cancelled:
             return {}, 0
         local = dict(rows.arrays)
         if mask is not None:
             local["_mask"] = mask
         if not self._to_device:
-            return local, substituted
+            return local, bad
         batch = {key: jax.make_array_from_process_local_data(
                      self._field_sharding, value, (self.global_batch_size,) + value.shape[1:])
                  for key, value in local.items()}
-        return batch, substituted
+        return batch, bad
 
     def _fill(self) -> None:
         while len(self._queue) <= self._prefetch and (self._end is None or self._submitted < self._end):
             records, positions, mask = self.plan.rows(self._submitted, self.lo, self.hi)
             rows = _Rows(len(records), spare=self._recycler.take())
-            chunks = [self._workers.submit(self.loader.load_rows, rows, records, positions, lo, hi)
+            chunks = [self._workers.submit(self.loader.load_rows, rows, records, positions, lo, hi, mask)
                       for lo, hi in _chunks(len(records), self._num_workers)]
             self._queue.append((self._assembler.submit(self._assemble, rows, chunks, mask), rows))
             self._submitted += 1
@@ -295,18 +308,27 @@ class BatchIterator:
         if not self._queue:
             raise StopIteration
         future, rows = self._queue.popleft()
-        batch, substituted = future.result()
+        batch, bad = future.result()
         self._recycler.delivered(rows.arrays)
         del future, rows  # only the recycler (and the caller, through `batch`) reference the arrays now
-        self._substituted += substituted
+        if self.plan.train:
+            self._substituted += bad
+        else:
+            self._undecodable += bad
         self._step += 1
         self._fill()  # start the next batches before the caller's step runs
         return batch
 
     @property
     def num_substituted(self) -> int:
-        """Undecodable records replaced in the batches returned so far (rows of this process only)."""
+        """Train: undecodable records replaced in the batches returned so far (rows of this process only)."""
         return self._substituted
+
+    @property
+    def num_undecodable(self) -> int:
+        """Eval: examples given mask 0 because their record is undecodable, in the batches returned so far (rows of
+        this process only; classification.evaluate sums it over processes as `undecodable`)."""
+        return self._undecodable
 
     def get_state(self) -> dict:
         """JSON-able state, identical on every process; pass to set_state (or start_step) to resume exactly."""
@@ -359,7 +381,8 @@ def num_eval_batches(ds: Dataset, split: str, global_batch_size: int) -> int:
 def eval_iterator(ds: Dataset, split: str = "test", pp: str = "decode|value_range(-1,1)", *,
                   global_batch_size: int, sharding, seed: int = 0, num_workers: int | None = None,
                   prefetch: int = 2) -> BatchIterator:
-    """One pass over the split in order; `_mask` is 1 for real rows, 0 for the padding of the last batch."""
+    """One pass over the split in order; `_mask` is 1 for real rows, 0 for the padding of the last batch and for
+    undecodable records (counted in `num_undecodable`)."""
     return BatchIterator(ds, split, pp, global_batch_size, sharding, train=False, seed=seed, fraction=1.0,
                          start_step=0, end_step=num_eval_batches(ds, split, global_batch_size),
                          num_workers=num_workers, prefetch=prefetch)

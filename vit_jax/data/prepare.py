@@ -6,7 +6,8 @@ Examples:
   vit-jax prepare-data folder:/data/my_photos
   vit-jax prepare-data cifar10 --download          # the only way anything is fetched from the network
 
-Interrupted builds resume: finished per-synset / per-class units are kept in <data_dir>/downloads/ and skipped.
+Interrupted builds resume: finished per-synset / per-class units are recorded in <data_dir>/downloads/ and
+skipped (that staging folder is small, and deleted once the build succeeds).
 The verification pass reads every record's label and prints per-split counts and class counts (all classes
 when there are at most --show_classes of them, a summary otherwise; full counts go to class_counts.json).
 """
@@ -27,7 +28,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("dataset", help="digits | imagenet21k[/fall11|/winter21] | folder:/abs/path | a TFDS name")
     p.add_argument("--data_dir", default=None, help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
-    p.add_argument("--manual_dir", default=None, help="where manual files are (default: <data_dir>/downloads/manual)")
+    p.add_argument("--manual_dir", default=None,
+                   help="where manual files are, or the imagenet21k archive (default: <data_dir>/downloads/manual)")
     p.add_argument("--download", action="store_true", help="allow TFDS to download the data (network)")
     p.add_argument("--workers", type=int, default=None, help="image-checking threads (default: all cores)")
     p.add_argument("--no_verify", action="store_true", help="skip the verification pass")

@@ -6,6 +6,7 @@ from typing import Any, Callable, Iterable
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 
 def evaluate(eval_step: Callable, params: Any, batches: Iterable[dict]) -> dict[str, float]:
@@ -29,6 +30,8 @@ def evaluate(eval_step: Callable, params: Any, batches: Iterable[dict]) -> dict[
     for k, v in totals.items():
         if k != "count":
             result[k] = v / count
+    if hasattr(batches, "num_undecodable"):  # masked-out undecodable records: per process, so summed over them
+        result["undecodable"] = float(multihost_utils.process_allgather(np.int64(batches.num_undecodable)).sum())
     return result
 
 
