@@ -7,8 +7,10 @@
 `srun` starts one trainer process per GPU (or per node with --per-node); `jax.distributed.initialize()` reads the
 SLURM_* variables (coordinator on the first node). Preemption and the time limit end in a checkpoint, not lost
 work: SIGTERM reaches the trainer `--signal-lead` seconds before the limit (and on preemption), the trainer saves at
-the same step on every process and exits 0, and the script requeues the job, which resumes from WORKDIR. A lost
-peer (exit 75) is requeued up to --max-restarts times; other failures end the job.
+the same step on every process and exits 0, and the script requeues the job, which resumes from WORKDIR. Each
+process's exit status is recorded under WORKDIR/.exit/ (srun's own exit code merges them): a lost process (killed,
+or stopped by the watchdog's exit 75 because a peer was lost) is requeued up to --max-restarts times; a process that
+failed (a Python error, a config error) ends the job.
 
 `--dry-run` prints the script and the sbatch command without writing or submitting anything. Standard library only.
 """
@@ -26,6 +28,13 @@ from typing import Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 LOST_PEER_EXIT_CODE = 75  # vit_jax.parallel.watchdog.LOST_PEER_EXIT_CODE
+# What each srun task runs around the trainer: it records the trainer's exit status (128+N when signal N killed it,
+# e.g. 137 from the OOM killer) in $VIT_JAX_EXIT_DIR/<rank>, unless the trainer's watchdog already wrote there the
+# code it stops the job with (vit_jax.parallel.watchdog.record_exit: srun may kill it while its peers read its error).
+# SIGTERM reaches every process of the step; the trap makes this shell wait for the trainer (which saves and exits)
+# instead of dying first, and is not inherited by it.
+RECORD_EXIT = ('trap : TERM; export VIT_JAX_EXIT_FILE="$VIT_JAX_EXIT_DIR/$SLURM_PROCID"; "$@"; rc=$?; '
+               '[ -s "$VIT_JAX_EXIT_FILE" ] || echo "$rc" > "$VIT_JAX_EXIT_FILE"; exit "$rc"')
 
 # Why each setting is there: docs/launching.md ("GPU settings").
 GPU_ENV = {
@@ -33,6 +42,9 @@ GPU_ENV = {
     "XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true",
     # Leave ~10% of each GPU to NCCL buffers, cuDNN/cuBLAS workspaces and the CUDA context.
     "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.90",
+    # Hopper (H100/H200): one work queue keeps the collectives in XLA's scheduled order, so they overlap compute.
+    # Slower on Blackwell: pass --env CUDA_DEVICE_MAX_CONNECTIONS=8 (CUDA's default) there.
+    "CUDA_DEVICE_MAX_CONNECTIONS": "1",
     # NCCL errors (e.g. a failed InfiniBand link) in the job log instead of a bare 'unhandled system error'.
     "NCCL_DEBUG": "WARN",
     "TF_CPP_MIN_LOG_LEVEL": "3",
@@ -104,8 +116,10 @@ def render_script(job: SlurmJob) -> str:
         # Under SLURM JAX gives each process only the GPU of its SLURM_LOCALID; one process per node needs all.
         env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(i) for i in range(job.gpus_per_node))
     exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-    train = shlex.join([job.python, "-m", "vit_jax.main", f"--workdir={job.workdir}", *job.trainer_args])
+    train = shlex.join(["bash", "-c", RECORD_EXIT, "rank", job.python, "-m", "vit_jax.main",
+                        f"--workdir={job.workdir}", *job.trainer_args])
     workdir = shlex.quote(job.workdir)
+    exits = shlex.quote(f"{job.workdir}/.exit")
     mode = "one process per node" if job.per_node else "one process per GPU"
     return "\n".join([
         "#!/bin/bash",
@@ -119,6 +133,11 @@ def render_script(job: SlurmJob) -> str:
         *job.setup,
         f'echo "[slurm] job $SLURM_JOB_ID, restart ${{SLURM_RESTART_COUNT:-0}}, nodes $SLURM_JOB_NODELIST"',
         "",
+        "# Every rank's exit status lands here: srun's own code is only the highest of them, so a crash (1) hides",
+        "# behind the survivors' 75, and a rank killed by a signal makes it 128+N, never 75. A new folder per attempt:",
+        "# a requeued job keeps its id, and a name never looked up before cannot be stale in an NFS client's cache.",
+        f'exit_dir={exits}/"$SLURM_JOB_ID.${{SLURM_RESTART_COUNT:-0}}"',
+        'mkdir -p "$exit_dir"; export VIT_JAX_EXIT_DIR="$exit_dir"',
         "# The batch shell gets SIGTERM too on preemption; it must outlive srun to requeue the job.",
         "trap 'echo \"[slurm] SIGTERM: the trainer saves a checkpoint and stops\"' TERM",
         f"srun --kill-on-bad-exit=1 --label {train} &",
@@ -128,15 +147,39 @@ def render_script(job: SlurmJob) -> str:
         '  kill -0 "$srun_pid" 2>/dev/null || break  # wait returns early when a trapped signal arrives',
         "done",
         "",
+        'error=""; lost=""; recorded=""; codes=""',
+        f"for rank in $(seq 0 {job.num_processes - 1}); do",
+        '  code=$(cat "$exit_dir/$rank" 2>/dev/null); [ -n "$code" ] || code=none',
+        '  codes="$codes $rank:$code"',
+        '  case "$code" in',
+        "    0) recorded=1 ;;",
+        "    # none: killed with its node, or by srun once another rank had failed; 75: its watchdog saw a peer lost",
+        "    none) lost=1 ;;",
+        f"    {LOST_PEER_EXIT_CODE}) lost=1; recorded=1 ;;",
+        "    # 128+N: killed by signal N (137: SIGKILL, the OOM killer); below 128: the trainer itself failed",
+        '    *) recorded=1; if [ "$code" -ge 128 ] 2>/dev/null; then lost=1; else error=$code; fi ;;',
+        "  esac",
+        "done",
+        'echo "[slurm] srun exited with $rc; exit status by rank:$codes"',
+        'if [ -z "$recorded" ] && [ "$rc" -ne 0 ]; then error=$rc; fi  # no rank ran at all: srun itself failed',
+        "",
         f"if [ -f {workdir}/summary.json ]; then",
         '  echo "[slurm] training finished"; exit 0',
+        "fi",
+        'if [ -n "$error" ]; then',
+        '  echo "[slurm] training failed with exit code $error: not requeueing"; exit "$error"',
         "fi",
         'if [ "$rc" -eq 0 ]; then',
         '  echo "[slurm] stopped before the end (time limit or preemption): requeueing to resume"',
         '  scontrol requeue "$SLURM_JOB_ID"; exit 0',
         "fi",
-        f'if [ "$rc" -eq {LOST_PEER_EXIT_CODE} ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {job.max_restarts} ]; then',
-        '  echo "[slurm] a process was lost (exit $rc): requeueing to resume from the last checkpoint"',
+        "# Our own count: SLURM_RESTART_COUNT also counts the requeues after time limits and preemptions.",
+        f'counter={exits}/"lost-restarts.$SLURM_JOB_ID"',
+        'restarts=$(cat "$counter" 2>/dev/null || echo 0)',
+        f'if [ -n "$lost" ] && [ "$restarts" -lt {job.max_restarts} ]; then',
+        '  echo "$((restarts + 1))" > "$counter"',
+        f'  echo "[slurm] a process was lost: requeueing to resume from the last checkpoint '
+        f'(restart $((restarts + 1))/{job.max_restarts})"',
         '  scontrol requeue "$SLURM_JOB_ID"; exit 0',
         "fi",
         'echo "[slurm] training failed with exit code $rc"',
@@ -180,7 +223,7 @@ def parse_args(argv: Sequence[str]) -> tuple[SlurmJob, argparse.Namespace]:
     p.add_argument("--cpus-per-task", type=int, default=0, help="0: the cluster's default")
     p.add_argument("--exclusive", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--signal-lead", type=int, default=120, help="seconds before the time limit to send SIGTERM")
-    p.add_argument("--max-restarts", type=int, default=3, help="requeues after a lost process (exit 75)")
+    p.add_argument("--max-restarts", type=int, default=3, help="requeues after a lost process (killed, or exit 75)")
     p.add_argument("--python", default="python", help="the Python of the environment with vit_jax installed")
     p.add_argument("--repo", default=str(REPO), help="checkout the job runs in")
     p.add_argument("--setup", action="append", default=[], help="shell line before srun (repeatable)")

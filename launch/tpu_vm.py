@@ -26,6 +26,8 @@ from typing import Callable, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 REMOTE_REPO, REMOTE_VENV, REMOTE_LOGS = "~/vit_jax", "~/vit_jax_venv", "~/vit_jax_logs"
+# Left on every worker by `stop` (and removed when a run starts): `launch --relaunch` must not undo a deliberate stop.
+STOP_MARKER = f"{REMOTE_LOGS}/stop_requested"
 READY = {"vm": "READY", "queued": "ACTIVE"}
 # States from which the TPU never comes back by itself: delete and recreate. (Others, such as CREATING,
 # WAITING_FOR_RESOURCES, PROVISIONING, SUSPENDING or DELETING, are waited out.)
@@ -151,9 +153,12 @@ class TpuPod:
         get_python = (f"command -v {py} >/dev/null || (sudo apt-get update -qq && "
                       f"sudo apt-get install -y -qq {py} {py}-venv)")
         if a.git_url:
-            fetch = (f"(test -d {REMOTE_REPO}/.git || git clone -q {shlex.quote(a.git_url)} {REMOTE_REPO}) && "
-                     f"git -C {REMOTE_REPO} fetch -q origin && git -C {REMOTE_REPO} checkout -q "
-                     f"{shlex.quote(a.git_ref)}")
+            # Exactly the requested ref, also on a reused VM: `checkout main` would stay on its old local branch.
+            # (A tree shipped by git archive has no .git: it is replaced by a clone.)
+            fetch = (f"(test -d {REMOTE_REPO}/.git || (rm -rf {REMOTE_REPO} && git clone -q "
+                     f"{shlex.quote(a.git_url)} {REMOTE_REPO})) && "
+                     f"git -C {REMOTE_REPO} fetch -q origin {shlex.quote(a.git_ref)} && "
+                     f"git -C {REMOTE_REPO} checkout -q --force FETCH_HEAD")
         else:
             archive = f"/tmp/vit_jax-{a.name}.tar.gz"
             r = self.run(["git", "-C", str(REPO), "archive", "--format=tar.gz", "-o", archive, "HEAD"])
@@ -177,7 +182,7 @@ class TpuPod:
         stale = (f"old=$(cat {pidfile} 2>/dev/null); if [ -n \"$old\" ] && ps -p \"$old\" -o args= | grep -q "
                  f"vit_jax.main; then kill -9 \"$old\"; sleep 2; fi")  # a previous run still holding the TPU
         env = "VIT_JAX_DISTRIBUTED=auto TF_CPP_MIN_LOG_LEVEL=3"
-        return (f"mkdir -p {REMOTE_LOGS}; {stale}; cd {REMOTE_REPO} && set -o pipefail && "
+        return (f"mkdir -p {REMOTE_LOGS}; rm -f {STOP_MARKER}; {stale}; cd {REMOTE_REPO} && set -o pipefail && "
                 f"(echo $BASHPID > {pidfile}; exec env {env} {trainer}) 2>&1 "
                 f"| tee -a {REMOTE_LOGS}/train.log | sed -u \"s/^/[$(hostname)] /\"")
 
@@ -190,10 +195,23 @@ class TpuPod:
         r = self.run(["gcloud", "storage", "ls", f"{self.a.workdir.rstrip('/')}/summary.json"], capture=True)
         return r.returncode == 0
 
+    def latest_checkpoint(self) -> int:
+        """Step of the newest complete checkpoint in the workdir (-1: none). Orbax names it by the step only once
+        it is complete (an interrupted save stays `N.orbax-checkpoint-tmp-*`)."""
+        r = self.run(["gcloud", "storage", "ls", f"{self.a.workdir.rstrip('/')}/checkpoints/"], capture=True)
+        steps = [int(m.group(1)) for line in (r.stdout or "").splitlines()
+                 if (m := re.fullmatch(r".*/checkpoints/(\d+)/?", line.strip()))]
+        return max(steps, default=-1) if r.returncode == 0 else -1
+
+    def stop_requested(self) -> bool:
+        """Whether `stop` ended this run (its marker is on worker 0)."""
+        return self.run(self.ssh(f"test -f {STOP_MARKER}", worker="0"), capture=True).returncode == 0
+
     def launch(self) -> int:
         """create + setup + run; with --relaunch, after a preemption or a stop before the end: again (resumes)."""
         a = self.a
         preemptions = failures = 0
+        best_step = -1  # the newest checkpoint seen after a run: a rerun that adds one made progress
         needs_setup = not a.skip_setup
         while True:
             if self.ensure_ready() or needs_setup:  # once per (re)created TPU, not per rerun
@@ -211,27 +229,37 @@ class TpuPod:
             if not a.relaunch:
                 self.run.say(f"[tpu_vm] training stopped before the end (exit {rc}); rerun to resume")
                 return rc or 1
+            step = self.latest_checkpoint()
+            progressed, best_step = step > best_step, max(step, best_step)
+            self.sleep(a.retry_wait)  # before looking for a stop marker, so that a `stop` during the wait counts
             state = self.state()
             if state != READY[self.kind]:
                 preemptions += 1
                 self.run.say(f"[tpu_vm] {a.name} is {state} (preemption {preemptions}): recreating, then resuming")
                 if preemptions > a.max_preemptions:
                     return 1
-            else:
-                failures += 1
-                self.run.say(f"[tpu_vm] training stopped before the end (exit {rc}), TPU still {state}: "
-                             f"retry {failures}/{a.max_restarts}")
-                if failures > a.max_restarts:
-                    return rc or 1
-            self.sleep(a.retry_wait)
+                continue
+            if self.stop_requested():
+                self.run.say(f"[tpu_vm] stopped by `tpu_vm.py stop` (exit {rc}): not relaunching; run `launch` "
+                             "again to resume")
+                return 0
+            # Count only reruns in a row that add no checkpoint: maintenance events over a long run are no failure.
+            failures = 1 if progressed else failures + 1
+            self.run.say(f"[tpu_vm] training stopped before the end (exit {rc}), TPU still {state}, latest "
+                         f"checkpoint {step if step >= 0 else 'none'}: retry {failures}/{a.max_restarts} since "
+                         "the last new checkpoint")
+            if failures > a.max_restarts:
+                return rc or 1
 
     def logs(self) -> int:
         follow = "-F " if self.a.follow else ""
         return self.run(self.ssh(f"tail -n {self.a.lines} {follow}{REMOTE_LOGS}/train.log", self.a.worker)).returncode
 
     def stop(self) -> int:
-        """SIGTERM to the trainer on every worker: it saves a checkpoint at one common step and exits 0."""
-        return self.run(self.ssh(f"kill -TERM $(cat {REMOTE_LOGS}/train.pid)")).returncode
+        """SIGTERM to the trainer on every worker: it saves a checkpoint at one common step and exits 0. The marker
+        tells a `launch --relaunch` loop (in another terminal) that this is no failure to retry."""
+        return self.run(self.ssh(f"mkdir -p {REMOTE_LOGS} && touch {STOP_MARKER}; "
+                                 f"kill -TERM $(cat {REMOTE_LOGS}/train.pid)")).returncode
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -249,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default="", help="gs://bucket/path: checkpoints and metrics (resume needs it)")
     p.add_argument("--relaunch", action="store_true", help="launch: recreate and resume after preemption")
     p.add_argument("--max-preemptions", type=int, default=100)
-    p.add_argument("--max-restarts", type=int, default=3, help="reruns after a failure on a healthy TPU")
+    p.add_argument("--max-restarts", type=int, default=3,
+                   help="reruns on a healthy TPU in a row without a new checkpoint")
     p.add_argument("--retry-wait", type=float, default=60.0, help="seconds between relaunches")
     p.add_argument("--ready-timeout", type=float, default=24 * 3600.0, help="how long to wait for the TPU")
     p.add_argument("--poll-s", type=float, default=30.0)

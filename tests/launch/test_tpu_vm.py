@@ -50,6 +50,7 @@ def test_launch_dry_run_creates_a_spot_vm_installs_on_all_workers_and_trains_eve
     assert ("exec env VIT_JAX_DISTRIBUTED=auto TF_CPP_MIN_LOG_LEVEL=3 ~/vit_jax_venv/bin/python -m vit_jax.main "
             "--workdir=gs://bkt/runs/b16 --config=configs/demo.py --config.batch_size=4096") in train
     assert "tee -a ~/vit_jax_logs/train.log" in train and "echo $BASHPID > ~/vit_jax_logs/train.pid" in train
+    assert "rm -f ~/vit_jax_logs/stop_requested" in train  # a new run clears an earlier `stop`
     assert "--config.distributed" not in train  # JAX reads the pod topology itself
     assert lines[-2] == "gcloud storage ls gs://bkt/runs/b16/summary.json"
     assert lines[-1].startswith("# --relaunch: when the TPU is preempted")
@@ -66,7 +67,18 @@ def test_queued_resource_dry_runs():
         "gcloud compute tpus queued-resources delete q --force --quiet --zone=z"]
     assert dry_run("delete", "--name", "q", "--zone", "z") == ["gcloud compute tpus tpu-vm delete q --quiet --zone=z"]
     stop = dry_run("stop", "--name", "q", "--zone", "z")
-    assert remote(stop[0]) == "kill -TERM $(cat ~/vit_jax_logs/train.pid)"
+    assert remote(stop[0]) == ("mkdir -p ~/vit_jax_logs && touch ~/vit_jax_logs/stop_requested; "
+                               "kill -TERM $(cat ~/vit_jax_logs/train.pid)")
+
+
+def test_setup_from_git_checks_out_exactly_the_requested_ref_even_on_a_reused_vm():
+    lines = dry_run("setup", "--name", "p", "--zone", "z", "--git-url", "https://example.com/vit_jax.git",
+                    "--git-ref", "v1.2")
+    assert len(lines) == 1 and "scp" not in lines[0]  # nothing shipped from this checkout
+    setup = remote(lines[0])
+    assert ("(test -d ~/vit_jax/.git || (rm -rf ~/vit_jax && git clone -q https://example.com/vit_jax.git "
+            "~/vit_jax)) && git -C ~/vit_jax fetch -q origin v1.2 && git -C ~/vit_jax checkout -q --force "
+            "FETCH_HEAD; ") in setup
 
 
 @pytest.mark.parametrize("args, message", [
@@ -82,11 +94,15 @@ def test_bad_arguments_fail_with_one_line(args, message):
 
 
 class FakeGcloud(tpu_vm.Runner):
-    """Answers like gcloud would: TPU states, training exit codes and summary.json presence come from scripts."""
+    """Answers like gcloud would: TPU states, training exit codes, summary.json presence, the newest checkpoint
+    step after each run (None: no checkpoint) and whether `stop` left its marker come from scripts."""
 
-    def __init__(self, states: list[str], train_codes: list[int], finished: list[bool]):
+    def __init__(self, states: list[str], train_codes: list[int], finished: list[bool],
+                 checkpoints: list[int | None] | None = None, stopped: list[bool] | None = None):
         super().__init__(dry_run=False, say=lambda msg: None)
         self.states, self.train_codes, self.finished = states, train_codes, finished
+        self.checkpoints = checkpoints if checkpoints is not None else [None] * len(train_codes)
+        self.stopped = stopped if stopped is not None else [False] * len(train_codes)
         self.calls: list[str] = []
 
     def __call__(self, cmd, capture=False):
@@ -96,9 +112,16 @@ class FakeGcloud(tpu_vm.Runner):
             code = 1 if out == "" else 0
         elif " create " in line or " delete " in line:
             kind, out, code = cmd[4], "", 0
+        elif " ssh " in line and "test -f ~/vit_jax_logs/stop_requested" in line:
+            kind, out, code = "stopped?", "", 0 if self.stopped.pop(0) else 1
         elif " ssh " in line:
             train = "vit_jax.main" in line
             kind, out, code = ("train", "", self.train_codes.pop(0)) if train else ("setup", "", 0)
+        elif cmd[:3] == ["gcloud", "storage", "ls"] and cmd[3].endswith("/checkpoints/"):
+            step = self.checkpoints.pop(0)
+            # What `gcloud storage ls` lists: one prefix per step, and an unfinished save next to them.
+            listing = [] if step is None else [f"{cmd[3]}{s}/" for s in (step // 2, step)]
+            kind, out, code = "checkpoints?", "\n".join([*listing, f"{cmd[3]}99999.orbax-checkpoint-tmp-7/"]), 0
         elif cmd[:3] == ["gcloud", "storage", "ls"]:
             kind, out, code = "finished?", "", 0 if self.finished.pop(0) else 1
         else:  # git archive, scp
@@ -118,7 +141,7 @@ def test_relaunch_recreates_a_preempted_tpu_and_reruns_the_same_command_until_fi
     assert launch(fake, "--relaunch") == 0
     kinds = [c.split(":")[0] for c in fake.calls]
     assert kinds == ["describe", "create", "describe", "git", "scp", "setup", "train", "finished?",
-                     "describe",  # after the run: PREEMPTED -> loop
+                     "checkpoints?", "describe",  # after the run: PREEMPTED -> loop
                      "describe", "delete", "create", "describe", "describe", "git", "scp", "setup", "train",
                      "finished?"]
     trains = [c for c in fake.calls if c.startswith("train:")]
@@ -130,6 +153,27 @@ def test_failures_on_a_healthy_tpu_are_retried_then_reported():
     assert launch(fake, "--relaunch", "--max-restarts", "2") == 1
     assert sum(c.startswith("train:") for c in fake.calls) == 3
     assert fake.calls.count("setup") == 1  # an existing, healthy TPU is set up once
+    assert fake.calls.count("stopped?") == 3  # each stop was checked for a `tpu_vm.py stop`
+
+
+def test_only_reruns_without_a_new_checkpoint_count_as_failures():
+    # Maintenance events on a healthy TPU: each run saves and exits 0. While checkpoints advance, it goes on.
+    fake = FakeGcloud(states=["READY"] * 20, train_codes=[0] * 6, finished=[False] * 5 + [True],
+                      checkpoints=[None, 100, 200, 300, 400])
+    assert launch(fake, "--relaunch", "--max-restarts", "1") == 0
+    assert sum(c.startswith("train:") for c in fake.calls) == 6
+    # ... but --max-restarts reruns in a row that add none end the launch.
+    fake = FakeGcloud(states=["READY"] * 20, train_codes=[0] * 4, finished=[False] * 4,
+                      checkpoints=[100, 200, 200, 200])
+    assert launch(fake, "--relaunch", "--max-restarts", "2") == 1
+    assert sum(c.startswith("train:") for c in fake.calls) == 4
+
+
+def test_a_stop_from_another_terminal_is_not_relaunched():
+    fake = FakeGcloud(states=["READY"] * 10, train_codes=[0, 0], finished=[False, False], checkpoints=[100, 200],
+                      stopped=[False, True])  # a maintenance event, then `tpu_vm.py stop`
+    assert launch(fake, "--relaunch") == 0
+    assert sum(c.startswith("train:") for c in fake.calls) == 2 and fake.calls[-1] == "stopped?"
 
 
 def test_without_relaunch_a_stop_before_the_end_is_reported():

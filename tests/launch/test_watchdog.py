@@ -102,6 +102,25 @@ def test_a_failing_process_stops_every_peer_with_its_error(capsys):
     assert "stopping process 0: process 1 (host1, pid 101) failed: ValueError: bad batch" in capsys.readouterr().err
 
 
+def test_a_process_that_stops_the_job_records_its_exit_code_before_telling_its_peers(tmp_path, monkeypatch):
+    # launch/slurm.py decides from these files: srun may kill the failing process while its peers read the verdict.
+    record = tmp_path / "3"
+    monkeypatch.setenv(wd.EXIT_FILE_ENV, str(record))
+    w = World(2)
+    recorded_at_verdict = []
+    publish = w.client.key_value_set
+
+    def key_value_set(key: str, value: str, allow_overwrite: bool = False) -> None:
+        if "/verdict/" in key:
+            recorded_at_verdict.append(record.read_text() if record.exists() else None)
+        publish(key, value, allow_overwrite)
+
+    w.client.key_value_set = key_value_set
+    with pytest.raises(Exited):
+        w.dogs[1].report_failure("process 1 failed: ValueError: bad batch")
+    assert recorded_at_verdict == [f"{wd.FAILED_EXIT_CODE}\n"]
+
+
 def test_an_unreachable_coordinator_stops_the_process_naming_it(capsys):
     w = World(2)
     w.tick(2, alive={0, 1})

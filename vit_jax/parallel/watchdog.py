@@ -19,6 +19,11 @@ every `interval_s` each process bumps its counter `vit_jax_watchdog/beat/<id>` a
 `vit_jax_watchdog/verdict/`; process 0 also reads all counters and, when one has not moved for `lost_after_s`, posts
 the verdict. A process that exits normally marks itself done first, so finishing at different times is no failure.
 Cost: two small RPCs per process per interval; the interval grows with the process count (1 s up to 100 processes).
+
+A launcher that decides from each process's exit status (launch/slurm.py: srun reports only the highest, and kills
+the other tasks as soon as one exits non-zero) sets VIT_JAX_EXIT_FILE: a process that stops the job writes the code
+it will exit with there *before* telling its peers, so a failing process that is killed while it waits for them to
+read its error is still recorded as failed, not as lost.
 """
 
 from __future__ import annotations
@@ -37,10 +42,23 @@ LOST_PEER_EXIT_CODE = 75
 FAILED_EXIT_CODE = 1
 
 PREFIX = "vit_jax_watchdog"
+EXIT_FILE_ENV = "VIT_JAX_EXIT_FILE"
 
 
 def _say(msg: str) -> None:
     print(f"vit_jax watchdog: {msg}", file=sys.stderr, flush=True)
+
+
+def record_exit(code: int) -> None:
+    """Writes the exit status this process is about to leave with to $VIT_JAX_EXIT_FILE, if a launcher set it."""
+    path = os.environ.get(EXIT_FILE_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(f"{code}\n")
+    except OSError as e:  # the launcher then sees only how the process ended
+        _say(f"could not record exit code {code} in {path} ({e.__class__.__name__})")
 
 
 class PeerWatchdog:
@@ -110,6 +128,7 @@ class PeerWatchdog:
         """Publishes `message` as the job's verdict, gives the peers time to read it, and exits with `code`."""
         self.stop()
         _say(message)
+        record_exit(code)  # first: once the peers read the verdict, they exit, and a launcher may kill us
         try:
             self._set("verdict", message)
         except Exception as e:  # noqa: BLE001 - the peers will still see our heartbeat stop
