@@ -1,14 +1,26 @@
-"""The ViT paper's fine-tuning learning-rate grid (Table 4 / Appendix B.1.1) for one dataset and checkpoint.
+"""The ViT paper's fine-tuning learning-rate grid (Table 4 / Appendix B.1.1) for one dataset and checkpoint, or for
+every finished run of a pretraining sweep.
 
     vit-jax sweep run configs/sweeps/finetune_lr.py:cifar10,/path/ViT-B_16.npz --root workdirs/ft_cifar10
     vit-jax sweep report workdirs/ft_cifar10 --metric eval/top1
 
-Four fine-tuning runs of configs/finetune.py, one per learning rate of the paper's grid ({0.001, 0.003, 0.01, 0.03};
-ImageNet: {0.003, 0.01, 0.03, 0.06}). The paper selects the rate on a held-out 2% of the training split and then
-reports the test accuracy of that rate.
+    # Fine-tuned accuracy against pretraining compute (the paper's Fig. 5 / Table 6): fine-tune every run of a
+    # pretraining sweep root, then report the pretraining sweep with the fine-tuning root attached.
+    vit-jax sweep run configs/sweeps/finetune_lr.py:cifar10,gs://B/sweeps/paper_scaling --root gs://B/sweeps/ft_c10
+    vit-jax sweep report gs://B/sweeps/paper_scaling --finetune-root gs://B/sweeps/ft_c10 \
+        --metric finetune/cifar10/top1
+
+Four fine-tuning runs of configs/finetune.py per checkpoint, one per learning rate of the paper's grid ({0.001,
+0.003, 0.01, 0.03}; ImageNet: {0.003, 0.01, 0.03, 0.06}). The paper selects the rate on a held-out 2% of the
+training split and then reports the test accuracy of that rate; the report keeps the best of the grid.
+
+A checkpoint argument that is a sweep root (a directory with sweep.json) expands to every run there that has
+finished (summary.json), each fine-tuned with its own variant; runs not finished yet are picked up by running this
+sweep again later (finished fine-tuning runs are skipped).
 """
 
 import importlib.util
+import json
 from pathlib import Path
 
 
@@ -20,13 +32,44 @@ def _finetune_module():
     return module
 
 
+def _as_path(path: str):
+    if "://" in path:
+        from etils import epath  # remote sweep roots (gs://...)
+
+        return epath.Path(path)
+    return Path(path).absolute()
+
+
+def pretrained_runs(root: str) -> dict[str, dict[str, str]]:
+    """{run name: overrides} for the finished runs of a pretraining sweep root: its checkpoint and variant."""
+    root_path = _as_path(root)
+    runs = {}
+    for run in sorted(p for p in root_path.iterdir() if (p / "summary.json").exists()):
+        summary = json.loads((run / "summary.json").read_text())
+        if summary.get("status", "finished") != "finished":
+            continue
+        variant = (summary.get("model") or {}).get("variant")
+        if not variant:
+            raise ValueError(f"{run}: the run has no model variant (a custom size); fine-tune it with "
+                             "configs/finetune.py and --config.model.* overrides instead")
+        # Overrides, not config arguments: run names contain commas, and finetune.py derives nothing from these.
+        runs[run.name] = {"model.variant": variant, "init.checkpoint": str(run)}
+    if not runs:
+        raise ValueError(f"{root} holds no finished run (summary.json) to fine-tune yet")
+    return runs
+
+
 def get_sweep(arg: str = "cifar10,"):
     dataset, _, init = arg.partition(",")
     ft = _finetune_module()
     grid = ft.LR_GRID.get(dataset, ft.DEFAULT_LR_GRID)
-    base = f"configs/finetune.py:dataset={dataset}" + (f",init={init}" if init else "")
-    return {
+    sweep = {
         "description": f"fine-tuning learning-rate grid on {dataset} (ViT paper Table 4)",
-        "base": base,
+        "base": f"configs/finetune.py:dataset={dataset}",
         "grid": {"optimizer.lr": list(grid)},
     }
+    if init and _as_path(init).is_dir() and (_as_path(init) / "sweep.json").exists():
+        sweep["runs"] = pretrained_runs(init)  # labelled by the pretraining run's name
+    elif init:
+        sweep["base"] += f",init={init}"
+    return sweep

@@ -8,6 +8,10 @@ launcher from a machine that can reach the pod and the bucket (see docs/sweeps.m
         --launcher=tpu --launcher-arg=--name=POD_NAME --launcher-arg=--zone=ZONE
     vit-jax sweep report gs://BUCKET/sweeps/paper_scaling --metric fewshot/imagenet2012/10shot --compare-paper
 
+Fine-tuned accuracy (Table 6's metric): fine-tune every finished run with
+`configs/sweeps/finetune_lr.py:imagenet2012,gs://BUCKET/sweeps/paper_scaling` into another root, then add
+`--finetune-root THAT_ROOT --metric finetune/imagenet2012/top1` to the report (docs/sweeps.md).
+
 The paper trained on JFT-300M; its Table 6 points are what `--compare-paper` overlays. It ran every model at
 7 epochs and the largest ones also at 14; this grid runs every model at both lengths (use `--only '*total_epochs=7'`
 for the first half). The recipe is the paper's Table 3 JFT-300M rows, which belong to this 7/14-epoch study: the
@@ -31,7 +35,7 @@ MODELS = {
 }
 
 # Few-shot linear probes on frozen features during and after pretraining (the paper's Fig. 5 right uses 5-shot
-# ImageNet; Table 6 reports fine-tuned accuracy, which is a separate fine-tuning run per checkpoint).
+# ImageNet; Table 6 reports fine-tuned accuracy: configs/sweeps/finetune_lr.py over this sweep root, see above).
 TRANSFER_SETS = ("imagenet2012", "cifar100", "oxford_iiit_pet")
 
 

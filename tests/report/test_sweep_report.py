@@ -161,3 +161,42 @@ def test_trainer_metric_spelling_eval_lines_without_progress(tmp_path):
     assert cli.main(["report", str(tmp_path), "--progress", "epochs"]) == 0
     header = read_csv(tmp_path / "report" / "results.csv")[0]
     assert "eval/prec1 [%]" in header and "eval/count [%]" not in header
+
+
+def write_finetune_run(root: Path, name: str, init: str, top1: float, dataset: str = "cifar10") -> None:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({
+        "status": "finished", "model": {"name": "ViT-ft", "family": "ViT"}, "steps": 10, "dataset": {"name": dataset},
+        "compute": {"exaflops": 0.01}, "final": {"eval/top1": top1},
+        "config": {"init": {"checkpoint": init}}}))
+
+
+def test_finetuned_accuracy_is_plotted_against_pretraining_compute(sweep_root, tmp_path):
+    ft = tmp_path / "ft"
+    # Fine-tuned top-1 per pretraining run, best of its learning-rate grid: this ranking makes 'slow-worse' beat
+    # 'cheap' and 'mid' (so both leave that frontier), while 'best' stays on it.
+    grid = {"cheap": (0.70, 0.72), "slow-worse": (0.91, 0.90), "mid": (0.85,), "best": (0.95, 0.97, 0.96)}
+    for run, values in grid.items():
+        for i, top1 in enumerate(values):
+            # init may name the workdir, its checkpoints folder or one step folder
+            init = str(sweep_root / run) + ("", "/checkpoints", "/checkpoints/100")[i]
+            write_finetune_run(ft, f"{run},lr{i}", init, top1)
+    write_finetune_run(ft, "from-an-npz", "/data/ViT-B_16.npz", 0.99)  # not from this sweep: ignored
+    assert cli.main(["report", str(sweep_root), "--finetune-root", str(ft),
+                     "--metric", "finetune/cifar10/top1"]) == 0
+    rows = {r["run"]: r for r in read_csv(sweep_root / "report" / "results.csv")}
+    column = "finetune/cifar10/top1 [%]"
+    assert {name: rows[name][column] for name in grid} == {"cheap": "72.00", "slow-worse": "91.00", "mid": "85.00",
+                                                            "best": "97.00"}
+    assert rows["mid-twin"][column] == ""  # never fine-tuned
+    assert {r for r in rows if rows[r]["pareto"] == "*"} == {"cheap", "slow-worse", "best"}
+    assert list(rows["cheap"])[10] == column  # the selected metric is the first accuracy column
+
+
+def test_a_finetune_root_that_matches_no_run_is_reported(sweep_root, tmp_path):
+    ft = tmp_path / "ft"
+    write_finetune_run(ft, "elsewhere", "/data/other/run", 0.9)
+    assert cli.main(["report", str(sweep_root), "--finetune-root", str(ft)]) == 0
+    md = (sweep_root / "report" / "report.md").read_text()
+    assert "no finished fine-tuning run in" in md and "starts from a run of" in md

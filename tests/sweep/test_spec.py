@@ -117,3 +117,25 @@ def test_config_args_become_arguments_of_the_base_config_file():
     assert plain.trainer_args("configs/finetune.py:cifar10", "/w")[0] == "--config=configs/finetune.py:cifar10"
     with pytest.raises(ValueError, match="name=value"):
         big.config("configs/finetune.py:cifar10")
+
+
+def test_finetune_grid_over_every_finished_run_of_a_pretraining_root(tmp_path, monkeypatch):
+    import json
+
+    from tests.train.helpers import ROOT
+
+    monkeypatch.chdir(ROOT)
+    root = tmp_path / "paper_scaling"
+    root.mkdir()
+    (root / "sweep.json").write_text("{}")
+    for name, variant, status in (("ViT-B-16,total_epochs=7", "B/16", "finished"),
+                                  ("R50+ViT-B-16,total_epochs=7", "R50+B/16", "finished"),
+                                  ("ViT-H-14,total_epochs=14", "H/14", "preempted")):
+        (root / name).mkdir()
+        (root / name / "summary.json").write_text(json.dumps({"status": status, "model": {"variant": variant}}))
+    sweep = load_sweep(f"configs/sweeps/finetune_lr.py:cifar100,{root}")
+    assert len(sweep.runs) == 2 * 4  # the two finished runs x the paper's lr grid
+    run = next(r for r in sweep.runs if r.name.startswith("R50+ViT-B-16") and r.overrides["optimizer.lr"] == 0.01)
+    assert run.overrides["model.variant"] == "R50+B/16"
+    assert run.overrides["init.checkpoint"] == str(root / "R50+ViT-B-16,total_epochs=7")
+    assert run.trainer_args(sweep.base, "/w")[0].endswith("configs/finetune.py:dataset=cifar100")

@@ -8,6 +8,7 @@ import dataclasses
 import importlib.resources
 import io
 import math
+import os
 import re
 from typing import Any, Sequence
 
@@ -76,19 +77,60 @@ def _natural(key: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key)]
 
 
-def accuracy_keys(states: list[RunState], metric: str) -> list[str]:
-    """The selected metric first, then every other accuracy reported by any run (eval/*, then fewshot/*)."""
-    keys: set[str] = set()
+def accuracy_keys(states: list[RunState], metric: str,
+                  finetuned: dict[str, dict[str, float]] | None = None) -> list[str]:
+    """The selected metric first, then every other accuracy reported by any run (eval/*, fewshot/*, finetune/*)."""
+    keys: set[str] = {k for accs in (finetuned or {}).values() for k in accs}
     for s in states:
         for k, v in ((s.summary or {}).get("final") or {}).items():
             if _num(v) is not None and is_accuracy(k):
                 keys.add(k)
-    rest = sorted(keys - {metric}, key=lambda k: (not k.startswith("eval/"), _natural(k)))
+    order = ("eval/", "finetune/", "fewshot/")
+    rest = sorted(keys - {metric}, key=lambda k: (next((i for i, p in enumerate(order) if k.startswith(p)), 3),
+                                                 _natural(k)))
     return [metric, *rest]
 
 
-def sweep_rows(states: list[RunState], metric: str, device_key: str = "device_days") -> list[Row]:
-    """Rows of the finished runs, sorted by compute, frontier marked over the runs that have `metric` and compute."""
+def _norm(path: Any) -> str:
+    text = str(path).rstrip("/")
+    return text if "://" in text or not text else os.path.abspath(text)
+
+
+def finetune_accuracy(states: list[RunState], finetune_states: list[RunState],
+                      metric: str = "eval/top1") -> dict[str, dict[str, float]]:
+    """{pretraining run name: {"finetune/<dataset>/top1": best fraction}} from fine-tuning runs.
+
+    A fine-tuning run belongs to the pretraining run whose workdir its `init.checkpoint` names (the workdir itself,
+    its checkpoints/ folder or one step). With several (the learning-rate grid), the best final `metric` is kept:
+    the paper picks the rate on held-out training data, so with only a test split this is an optimistic choice.
+    """
+    by_workdir = {_norm(s.workdir): s.name for s in states}
+    out: dict[str, dict[str, float]] = {}
+    for ft in finetune_states:
+        if not ft.finished:
+            continue
+        init = _norm(_get_path(ft.summary, "config", "init", "checkpoint") or "")
+        owner = next((name for wd, name in by_workdir.items() if init == wd or init.startswith(wd + "/")), None)
+        value = ft.metric(metric)
+        dataset = _get_path(ft.summary, "dataset", "name") or "unknown"
+        if owner is None or value is None:
+            continue
+        key = f"finetune/{dataset}/{metric.rsplit('/', 1)[-1]}"
+        out.setdefault(owner, {})[key] = max(value, out.get(owner, {}).get(key, -math.inf))
+    return out
+
+
+def _get_path(tree: Any, *keys: str) -> Any:
+    for key in keys:
+        tree = tree.get(key) if isinstance(tree, dict) else None
+    return tree
+
+
+def sweep_rows(states: list[RunState], metric: str, device_key: str = "device_days",
+               finetuned: dict[str, dict[str, float]] | None = None) -> list[Row]:
+    """Rows of the finished runs, sorted by compute, frontier marked over the runs that have `metric` and compute.
+
+    `finetuned` (finetune_accuracy) adds each run's fine-tuned accuracies as more columns."""
     rows = []
     for s in states:
         if not s.finished:
@@ -98,6 +140,7 @@ def sweep_rows(states: list[RunState], metric: str, device_key: str = "device_da
         compute = summary.get("compute") or {}
         name = str(model.get("name") or model.get("variant") or s.name)
         accuracy = {k: 100 * v for k in accuracy_keys([s], metric) if (v := s.metric(k)) is not None}
+        accuracy.update({k: 100 * v for k, v in (finetuned or {}).get(s.name, {}).items()})
         rows.append(Row(source="sweep", run=s.name, model=name, family=str(model.get("family") or family_of(name)),
                         epochs=_num(summary.get("epochs")), steps=s.steps, params=model.get("params"),
                         exaflops=s.exaflops, device_days=_num(compute.get(device_key)),

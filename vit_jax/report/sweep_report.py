@@ -9,8 +9,8 @@ import html
 import io
 import time
 
-from vit_jax.report.pareto import (PAPER_METRIC, Row, accuracy_keys, device_time_unit, paper_rows, sort_by_compute,
-                                   sweep_rows)
+from vit_jax.report.pareto import (PAPER_METRIC, Row, accuracy_keys, device_time_unit, finetune_accuracy, paper_rows,
+                                   sort_by_compute, sweep_rows)
 from vit_jax.report.sweep_figures import curves_figure, pareto_figure
 from vit_jax.sweep.runs import RunState, as_path, read_sweep_root
 
@@ -42,14 +42,14 @@ def _markdown_table(header: list[str], cells: list[list[str]]) -> str:
     return "\n".join([line(header), line(["---"] * len(header)), *map(line, cells)])
 
 
-def _incomplete(states: list[RunState], metric: str) -> list[str]:
+def _incomplete(states: list[RunState], metric: str, finetuned: dict[str, dict[str, float]]) -> list[str]:
     """One line per run that is not in the table (or lacks the metric), with its problems."""
     lines = []
     for s in states:
         reasons = list(s.problems)
         if not s.finished:
             reasons.insert(0, f"status {s.status}" + (f", {s.steps} steps so far" if s.steps else ""))
-        elif s.metric(metric) is None:
+        elif s.metric(metric) is None and metric not in finetuned.get(s.name, {}):
             reasons.insert(0, f"no {metric}")
         elif s.exaflops is None:
             reasons.insert(0, "no compute (summary.compute.exaflops)")
@@ -83,14 +83,27 @@ td:nth-child(2),td:nth-child(3),td:last-child{{text-align:left}}
 
 
 def write_report(root: str, *, metric: str = "eval/top1", compare_paper: bool = False, progress: str = "examples",
-                 out_dir: str | None = None) -> list:
-    """Writes the report of the sweep in `root`; returns the paths written."""
+                 out_dir: str | None = None, finetune_roots: tuple[str, ...] = ()) -> list:
+    """Writes the report of the sweep in `root`; returns the paths written.
+
+    `finetune_roots`: sweep roots of fine-tuning runs started from this sweep's checkpoints (e.g.
+    configs/sweeps/finetune_lr.py:DATASET,ROOT); their accuracy becomes `finetune/<dataset>/top1` of the pretraining
+    run, plotted against its pretraining compute like the paper's Fig. 5 / Table 6."""
     states, problems = read_sweep_root(root)
+    finetune_states = []
+    for ft_root in finetune_roots:
+        ft, ft_problems = read_sweep_root(ft_root)
+        finetune_states += ft
+        problems += ft_problems
+    finetuned = finetune_accuracy(states, finetune_states)
+    if finetune_roots and not finetuned:
+        problems.append(f"no finished fine-tuning run in {', '.join(map(str, finetune_roots))} starts from a run of "
+                        f"{root} (their init.checkpoint must name a run's workdir)")
     out = as_path(out_dir) if out_dir else as_path(root) / "report"
     out.mkdir(parents=True, exist_ok=True)
     device_key, device_label = device_time_unit([s for s in states if s.finished])
-    rows = sweep_rows(states, metric, device_key)
-    acc_keys = accuracy_keys([s for s in states if s.finished], metric)
+    rows = sweep_rows(states, metric, device_key, finetuned)
+    acc_keys = accuracy_keys([s for s in states if s.finished], metric, finetuned)
     paper = paper_rows() if compare_paper else []
     if paper:
         acc_keys.append(PAPER_METRIC)
@@ -116,7 +129,7 @@ def write_report(root: str, *, metric: str = "eval/top1", compare_paper: bool = 
     if paper:
         intro.append("Paper rows: ViT paper Table 6 (JFT-300M pretraining, ImageNet top-1 after fine-tuning at "
                      "384 px); they are not part of the frontier.")
-    incomplete = problems + _incomplete(states, metric)
+    incomplete = problems + _incomplete(states, metric, finetuned)
 
     md = [f"# {title}", "", *[p + "\n" for p in intro], _markdown_table(header, cells), ""]
     if incomplete:

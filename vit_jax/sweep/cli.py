@@ -3,6 +3,7 @@
     vit-jax sweep run CONFIG[:ARG] --root DIR [--launcher local|tpu|slurm] [--only GLOB] [--dry-run]
     vit-jax sweep status CONFIG[:ARG] --root DIR
     vit-jax sweep report DIR [--metric eval/top1] [--compare-paper] [--progress examples|epochs|steps|exaflops]
+                             [--finetune-root FT_DIR ...]
 
 See docs/sweeps.md.
 """
@@ -48,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--progress", default="examples", choices=("examples", "epochs", "steps", "exaflops"),
                         help="x-axis of curves.png")
     report.add_argument("--out", default=None, help="output directory (default ROOT/report)")
+    report.add_argument("--finetune-root", action="append", default=[], metavar="DIR",
+                        help="sweep root of fine-tuning runs started from this sweep's runs (repeatable): adds "
+                             "finetune/DATASET/top1 columns, selectable with --metric")
     return parser
 
 
@@ -59,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             from vit_jax.report.sweep_report import write_report
 
             paths = write_report(args.root, metric=args.metric, compare_paper=args.compare_paper,
-                                 progress=args.progress, out_dir=args.out)
+                                 progress=args.progress, out_dir=args.out,
+                                 finetune_roots=tuple(args.finetune_root))
             print("wrote " + ", ".join(str(p) for p in paths))
             return 0
 
