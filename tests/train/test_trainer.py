@@ -115,6 +115,14 @@ def test_a_failing_final_evaluation_still_saves_the_final_checkpoint(tmp_path, d
     assert summary["steps"] == 4 and "fewshot/digits/5shot" in summary["final"]
 
 
+def test_sigmoid_training_tracks_precision_at_1_as_its_best(tmp_path, digits_data_dir, capsys):
+    c = demo_config(digits_data_dir, **{"total_steps": 3, "loss.kind": "sigmoid_xent", "model.head_bias_init": -10.0})
+    summary = Trainer(c, str(tmp_path)).train()
+    assert set(summary["best"]) == {"eval/prec1", "step"}
+    assert summary["best"]["eval/prec1"] == summary["final"]["eval/prec1"]
+    assert "prec@1" in capsys.readouterr().out
+
+
 def test_a_finetuning_config_without_a_checkpoint_is_an_error(tmp_path, digits_data_dir):
     from vit_jax.train.config import ConfigError
 

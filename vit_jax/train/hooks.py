@@ -144,11 +144,14 @@ class EvalHook(Hook):
         result = run_eval(self.trainer)
         self.last_step = step
         self.latest = {f"eval/{k}": v for k, v in result.items()}
+        # The headline metric: precision@1 for sigmoid (multi-label, e.g. ImageNet-21k) training, else top-1.
+        key = "eval/prec1" if self.trainer.config.loss.kind == "sigmoid_xent" else "eval/top1"
         best = self.trainer.progress["best"]
-        if self.latest["eval/top1"] >= best.get("eval/top1", -1.0):
-            best.update({"eval/top1": self.latest["eval/top1"], "step": step})
+        if self.latest[key] >= best.get(key, -1.0):
+            best.update({key: self.latest[key], "step": step})
         self.writer.write(step, {**self.latest, **progress_scalars(self.trainer, step)})
-        _print(f"eval step {step}: top1 {100 * result['top1']:.2f}% | top5 {100 * result['top5']:.2f}% | "
+        prec = f"prec@1 {100 * result['prec1']:.2f}% | " if key == "eval/prec1" else ""
+        _print(f"eval step {step}: {prec}top1 {100 * result['top1']:.2f}% | top5 {100 * result['top5']:.2f}% | "
                f"loss {result['loss']:.4f} | {int(result['count'])} examples")
 
     def finish(self, step, it):
