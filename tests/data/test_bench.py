@@ -16,3 +16,12 @@ def test_data_bench_smoke(capsys):
     assert result["ratio_per_core"] > 0 and result["scaling_2_workers_wall"] > 0
     assert set(result["stages"]) == {"ours_ms", "tensorflow_ms", "dct_scales"}
     assert all(ms > 0 for ms in result["stages"]["ours_ms"].values())
+
+
+def test_data_bench_json_file_like_the_other_benchmarks(tmp_path, capsys):
+    out = tmp_path / "data.json"
+    args = ["--num_images", "8", "--batch", "2", "--steps", "1", "--repeats", "1", "--size", "32", "--workers", "1",
+            "--no_device", "--no_per_call", "--json", str(out)]
+    assert bench.main(args) == 0
+    assert json.loads(out.read_text())["ratio_per_core"] > 0
+    assert "(c) ratio per core" in capsys.readouterr().out  # the table is still printed

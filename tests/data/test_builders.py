@@ -55,6 +55,14 @@ def test_digits_counts_split_and_images(digits_ds):
     assert len(ids) == 1797  # disjoint splits covering every digit
 
 
+def test_an_image_folder_too_small_for_a_hash_split_is_a_clear_error(tmp_path, gen):
+    root = tmp_path / "few"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "0.jpg").write_bytes(gen.encode(gen.photo(20, 24)))  # one image: one split stays empty
+    with pytest.raises(ValueError, match=r"its 1 usable images leave the '(train|test)' split .* empty"):
+        datasets.open_dataset(f"folder:{root}", data_dir=str(tmp_path / "tfds"))
+
+
 def test_image_folder_with_hash_split_and_bad_files(tmp_path, gen, deleted_staging):
     root = tmp_path / "pets"
     for c, cls in enumerate(["cat", "dog", "eel"]):

@@ -264,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no_device", action="store_true", help="skip the runs that build global jax.Arrays")
     p.add_argument("--no_per_call", action="store_true", help="skip (b'), the per-image tf.function loop")
     p.add_argument("--stages", action="store_true", help="add a per-stage cost breakdown (single thread)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--json", nargs="?", const="-", default="", metavar="PATH",
+                   help="write the result as JSON to PATH (like bench train/eval); bare --json prints it instead "
+                        "of the table")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
 
     from vit_jax.data import datasets
@@ -305,9 +307,13 @@ def main(argv: list[str] | None = None) -> int:
         result["scaling_2_workers_wall"] = hosts[2]["images_per_s"] / hosts[1]["images_per_s"]
     if breakdown:
         result["stages"] = breakdown
-    if args.json:
+    if args.json == "-":
         print(json.dumps(result, indent=1))
         return 0
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
     env = result["environment"]
     print(f"machine: {env['cpu']} ({env['cores']} cores, load average {env['load_average_1min']}); "
           f"best of {args.repeats} rounds")

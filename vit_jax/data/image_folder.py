@@ -94,6 +94,13 @@ class ImageFolder(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
             return {split: self._generate_examples(staged, units, label_of,
                                                    [u for u in staged.names if u.startswith(split + "/")], None)
                     for split in tree}
+        kept = [n for u in staged.names for n in staged.file_names(u)]
+        for split in ("train", "test"):
+            if not any(in_test_split(n) == (split == "test") for n in kept):
+                # TFDS would stop with "No examples were yielded" after writing the other split.
+                raise ValueError(f"image folder {root}: its {len(kept)} usable images leave the "
+                                 f"'{split}' split ({TEST_PERCENT}% test by file-name hash) empty; add images, or "
+                                 "give the splits as root/train/<class>/ and root/test/<class>/")
         return {split: self._generate_examples(staged, units, label_of, staged.names, split == "test")
                 for split in ("train", "test")}
 
