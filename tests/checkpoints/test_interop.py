@@ -295,3 +295,30 @@ def test_convert_source_image_size_for_checkpoints_that_do_not_record_it(tmp_pat
     assert cli.main(["convert", str(GOLDEN / "tiny_token.npz"), str(tmp_path / "x.npz"), "--to", "official",
                      "--source-image-size", "48"]) == 2
     assert "records image size 32x32" in capsys.readouterr().err
+
+
+def test_root_only_hybrid_stem_round_trips_through_the_official_layout(tmp_path):
+    """The official R+ViT-Ti checkpoints have conv_root/gn_root and no block{s}: the stride-4 root alone."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    cfg = vit_config(width=48, depth=1, mlp_dim=96, num_heads=3, patch_size=8, num_classes=5, image_size=64,
+                     resnet_layers=(0,))
+    assert cfg.grid == (2, 2) and cfg.name == "R+ViT-w48d1m96h3/32"
+    with nnx.use_eager_sharding(False):
+        model = FunctionalViT(cfg)
+        params = model.init(jax.random.key(0))
+    params = jax.tree.map(lambda x: x + 0.01 * jnp.arange(x.size, dtype=x.dtype).reshape(x.shape) / x.size, params)
+    flat = flatten(params)
+    assert {k for k in flat if k.startswith("stem/")} == {"stem/conv_root/kernel", "stem/gn_root/scale",
+                                                         "stem/gn_root/bias"}
+    save_npz_params(str(tmp_path / "r_ti.npz"), params, cfg)
+    cfg2, params2 = load_npz_params(str(tmp_path / "r_ti.npz"))
+    assert cfg2 == cfg
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 64, 64, 3)).astype(np.float32)
+    _assert_same_flat(params, params2)
+    np.testing.assert_allclose(np.asarray(model.apply(params, images)[0]), np.asarray(model.apply(params2, images)[0]),
+                               atol=1e-6)
+    with pytest.raises(ValueError, match=r"\(0,\) is the root-only stem"):
+        vit_config(width=48, depth=1, mlp_dim=96, num_heads=3, resnet_layers=(2, 0))

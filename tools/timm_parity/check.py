@@ -15,16 +15,21 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 from timm.layers import StdConv2dSame
-from timm.models.resnetv2 import ResNetV2
+from timm.models.resnetv2 import ResNetV2, create_resnetv2_stem
 from timm.models.vision_transformer import VisionTransformer, _load_weights
 from timm.models.vision_transformer_hybrid import HybridEmbed
 
 
 def timm_model(out: str, name: str) -> VisionTransformer:
-    if name == "hybrid":
-        backbone = ResNetV2(layers=(1, 1), num_classes=0, global_pool="", in_chans=3, preact=False, stem_type="same",
-                            conv_layer=partial(StdConv2dSame, eps=1e-8))
-        model = VisionTransformer(img_size=64, patch_size=1, embed_dim=48, depth=2, num_heads=3, mlp_ratio=2,
+    if name.startswith("hybrid"):
+        conv = partial(StdConv2dSame, eps=1e-8)
+        if name == "hybrid_root":  # the root alone, as timm builds R+ViT-Ti
+            backbone, patch = create_resnetv2_stem(3, stem_type="same", preact=False, conv_layer=conv), 8
+        else:
+            backbone = ResNetV2(layers=(1, 1), num_classes=0, global_pool="", in_chans=3, preact=False,
+                                stem_type="same", conv_layer=conv)
+            patch = 1
+        model = VisionTransformer(img_size=64, patch_size=patch, embed_dim=48, depth=2, num_heads=3, mlp_ratio=2,
                                   num_classes=7, act_layer="gelu_tanh",
                                   embed_layer=partial(HybridEmbed, backbone=backbone))
         _load_weights(model, f"{out}/{name}.npz")
@@ -40,7 +45,7 @@ def timm_model(out: str, name: str) -> VisionTransformer:
 def main(out: str) -> int:
     print(f"timm {timm.__version__}, torch {torch.__version__}")
     worst = 0.0
-    for name in ("token_tanh", "gap_tanh", "map_erf", "token_rect", "hybrid"):
+    for name in ("token_tanh", "gap_tanh", "map_erf", "token_rect", "hybrid", "hybrid_root"):
         images = torch.from_numpy(np.load(f"{out}/{name}_images.npy")).permute(0, 3, 1, 2)
         with torch.no_grad():
             logits = timm_model(out, name)(images).numpy()

@@ -22,6 +22,7 @@ CASES = {
     "map_erf": dict(pool="map", gelu="erf", image_size=32, patch_size=8),
     "token_rect": dict(pool="token", gelu="tanh", image_size=(32, 48), patch_size=8),
     "hybrid": dict(pool="token", gelu="tanh", image_size=64, patch_size=1, resnet_layers=(1, 1)),
+    "hybrid_root": dict(pool="token", gelu="tanh", image_size=64, patch_size=8, resnet_layers=(0,)),  # R+ViT-Ti
 }
 
 

@@ -172,7 +172,7 @@ def infer_config(flat: dict[str, np.ndarray], image_size: int | tuple[int, int] 
         while any(k.startswith(f"block{s}/") for k in flat):
             stages.append(len({k.split("/")[1] for k in flat if k.startswith(f"block{s}/unit")}))
             s += 1
-        resnet_layers = tuple(stages)
+        resnet_layers = tuple(stages) or (0,)  # no block{s}: the root-only stem (official R+ViT-Ti)
         resnet_width = flat["conv_root/kernel"].shape[-1] // 64
     pe_key = "pos_embedding" if layout == "big_vision" else "Transformer/posembed_input/pos_embedding"
     posemb = "learn" if pe_key in flat else "sincos2d"

@@ -59,7 +59,9 @@ class ViTConfig:
     param_dtype: str = "float32"
     remat: str = "none"  # rematerialisation policy per block: none | full | dots | dots_no_batch
     scan: bool = False  # one compiled block scanned over depth (fast compile for deep models)
-    resnet_layers: tuple[int, ...] = ()  # hybrid: units per BiT ResNet stage, e.g. (3, 4, 9) for R50
+    # hybrid: units per BiT ResNet stage, e.g. (3, 4, 9) for R50; (0,): the root conv + max-pool alone (the official
+    # R+ViT-Ti checkpoints: resnet.num_layers=(), 8x8 patches on the stride-4 root)
+    resnet_layers: tuple[int, ...] = ()
     resnet_width: int = 1  # hybrid: width factor of the ResNet stem
 
     def __post_init__(self):
@@ -73,6 +75,8 @@ class ViTConfig:
         check("remat", self.remat, REMAT_POLICIES)
         check("dtype", self.dtype, DTYPES)
         check("param_dtype", self.param_dtype, DTYPES)
+        if 0 in self.resnet_layers and self.resnet_layers != (0,):
+            raise ValueError(f"resnet_layers={self.resnet_layers}: every stage needs units; (0,) is the root-only stem")
         if self.width % self.num_heads:
             raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
         if self.posemb == "sincos2d" and self.width % 4:
@@ -115,7 +119,9 @@ class ViTConfig:
                                                               mlp_dim=self.mlp_dim, num_heads=self.num_heads)), None)
         size = size or f"w{self.width}d{self.depth}m{self.mlp_dim}h{self.num_heads}"
         stem = next((f"{k}+" for k, by_patch in RESNET_STEMS.items() if self.resnet_layers in by_patch.values()), "")
-        if self.resnet_layers and not stem:
+        if self.resnet_layers == (0,):
+            stem = "R+"  # the root alone, as the official R+ViT-Ti
+        elif self.resnet_layers and not stem:
             stem = "R" + "-".join(map(str, self.resnet_layers)) + "+"
         p = [x * self.stem_stride for x in self.patch_size]  # hybrids are named by their patch on the image
         patch = str(p[0]) if p[0] == p[1] else f"{p[0]}x{p[1]}"

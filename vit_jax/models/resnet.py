@@ -81,9 +81,9 @@ class ResNetStem(nnx.Module):
         width = 64 * width_factor
         self.conv_root = StdConv(3, width, 7, 2, **kw)
         self.gn_root = GroupNorm(width, **kw)
-        self.num_stages = len(layers)
+        self.num_stages = len([u for u in layers if u])  # (0,): the root alone
         cin = width
-        for s, units in enumerate(layers, 1):
+        for s, units in enumerate(layers[: self.num_stages], 1):
             features = width * 2 ** (s - 1)
             stage = nnx.Dict()
             for u in range(1, units + 1):
@@ -104,4 +104,6 @@ class ResNetStem(nnx.Module):
 
 
 def resnet_out_channels(layers: tuple[int, ...], width_factor: int) -> int:
+    if not any(layers):  # root only: the root conv's channels
+        return 64 * width_factor
     return 64 * width_factor * 2 ** (len(layers) - 1) * 4
