@@ -32,7 +32,7 @@ def load_image_folder(folder: str, size: tuple[int, int], pp: str | None = None)
     if pp:
         from vit_jax.data import pp as pp_lib
 
-        fn = pp_lib.build(image_ops_only(pp))
+        fn = pp_lib.build(pp_lib.strip_label_ops(pp))  # image files have no labels, and logits need none
         images = []
         for name in names:
             with open(os.path.join(folder, name), "rb") as f:
@@ -46,15 +46,6 @@ def load_image_folder(folder: str, size: tuple[int, int], pp: str | None = None)
             im = im.convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
             images.append(np.asarray(im, np.float32) / 127.5 - 1.0)
     return np.stack(images), names
-
-
-# Ops that build training targets from a label: image files have none, and logits do not need them.
-_LABEL_OPS = ("onehot", "multihot")
-
-
-def image_ops_only(pp: str) -> str:
-    """An eval op string without its label ops (`decode|resize(224)|value_range(-1,1)|onehot(10)` -> no onehot)."""
-    return "|".join(p for p in pp.split("|") if p.split("(")[0].strip() not in _LABEL_OPS)
 
 
 def load_image_array(path: str) -> np.ndarray:

@@ -20,7 +20,6 @@ sweep again later (finished fine-tuning runs are skipped).
 """
 
 import importlib.util
-import json
 from pathlib import Path
 
 
@@ -32,28 +31,20 @@ def _finetune_module():
     return module
 
 
-def _as_path(path: str):
-    if "://" in path:
-        from etils import epath  # remote sweep roots (gs://...)
-
-        return epath.Path(path)
-    return Path(path).absolute()
-
-
 def pretrained_runs(root: str) -> dict[str, dict[str, str]]:
     """{run name: overrides} for the finished runs of a pretraining sweep root: its checkpoint and variant."""
-    root_path = _as_path(root)
+    from vit_jax.sweep.runs import read_sweep_root
+
     runs = {}
-    for run in sorted(p for p in root_path.iterdir() if (p / "summary.json").exists()):
-        summary = json.loads((run / "summary.json").read_text())
-        if summary.get("status", "finished") != "finished":
+    for state in sorted(read_sweep_root(root)[0], key=lambda s: s.name):
+        if not state.finished:
             continue
-        variant = (summary.get("model") or {}).get("variant")
+        variant = (state.summary.get("model") or {}).get("variant")
         if not variant:
-            raise ValueError(f"{run}: the run has no model variant (a custom size); fine-tune it with "
+            raise ValueError(f"{state.workdir}: the run has no model variant (a custom size); fine-tune it with "
                              "configs/finetune.py and --config.model.* overrides instead")
         # Overrides, not config arguments: run names contain commas, and finetune.py derives nothing from these.
-        runs[run.name] = {"model.variant": variant, "init.checkpoint": str(run)}
+        runs[state.name] = {"model.variant": variant, "init.checkpoint": str(state.workdir)}
     if not runs:
         raise ValueError(f"{root} holds no finished run (summary.json) to fine-tune yet")
     return runs
@@ -68,8 +59,11 @@ def get_sweep(arg: str = "cifar10,"):
         "base": f"configs/finetune.py:dataset={dataset}",
         "grid": {"optimizer.lr": list(grid)},
     }
-    if init and _as_path(init).is_dir() and (_as_path(init) / "sweep.json").exists():
-        sweep["runs"] = pretrained_runs(init)  # labelled by the pretraining run's name
+    from vit_jax.sweep.runs import MANIFEST, as_path
+    from vit_jax.train.workdir import resolve
+
+    if init and (as_path(resolve(init)) / MANIFEST).exists():  # a pretraining sweep root
+        sweep["runs"] = pretrained_runs(resolve(init))  # labelled by the pretraining run's name
     elif init:
         sweep["base"] += f",init={init}"
     return sweep

@@ -16,7 +16,7 @@ from vit_jax.checkpoints.layouts import LAYOUTS, ImageSizeRequiredError
 from vit_jax.checkpoints.loading import load_any
 from vit_jax.checkpoints.npz import save_npz_params
 from vit_jax.checkpoints.surgery import RESIZE_METHODS, adapt_params
-from vit_jax.checkpoints.timm import check_timm_compatible, save_timm
+from vit_jax.checkpoints.timm import save_timm
 from vit_jax.models.vit import FunctionalViT
 
 
@@ -79,11 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = target
     if args.to == "timm":
         try:
-            check_timm_compatible(cfg)
+            save_timm(args.dst, params, cfg)  # refuses what timm cannot express before writing anything
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        save_timm(args.dst, params, cfg)
     else:
         save_npz_params(args.dst, params, cfg, layout=args.to)
     print(f"wrote {args.dst} ({args.to} layout): {describe(cfg)}")

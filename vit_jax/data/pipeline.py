@@ -325,9 +325,14 @@ class BatchIterator:
         return self._substituted
 
     @property
+    def num_records(self) -> int:
+        """Records of the split (one eval pass covers each once: as a real row, or masked out if undecodable)."""
+        return self.plan.num_records
+
+    @property
     def num_undecodable(self) -> int:
         """Eval: examples given mask 0 because their record is undecodable, in the batches returned so far (rows of
-        this process only; classification.evaluate sums it over processes as `undecodable`)."""
+        this process only; classification.evaluate reports the global number as `undecodable`)."""
         return self._undecodable
 
     def get_state(self) -> dict:

@@ -25,6 +25,12 @@ IMAGE_OUT = "_image_out"
 _REGISTRY: dict[str, Callable[..., Op]] = {}
 
 
+def strip_label_ops(pp: str) -> str:
+    """The op string without its label ops (onehot, multihot): for images with no label of that dataset (few-shot
+    on another dataset's classes, or plain image files to predict on)."""
+    return "|".join(op for op in pp.split("|") if not op.strip().startswith(("onehot", "multihot")))
+
+
 def register(name: str) -> Callable[[Callable[..., Op]], Callable[..., Op]]:
     """Registers an op factory under `name` (used in op strings)."""
 

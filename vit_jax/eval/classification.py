@@ -6,7 +6,6 @@ from typing import Any, Callable, Iterable
 
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 
 
 def evaluate(eval_step: Callable, params: Any, batches: Iterable[dict]) -> dict[str, float]:
@@ -30,8 +29,9 @@ def evaluate(eval_step: Callable, params: Any, batches: Iterable[dict]) -> dict[
     for k, v in totals.items():
         if k != "count":
             result[k] = v / count
-    if hasattr(batches, "num_undecodable"):  # masked-out undecodable records: per process, so summed over them
-        result["undecodable"] = float(multihost_utils.process_allgather(np.int64(batches.num_undecodable)).sum())
+    if hasattr(batches, "num_records"):  # the pipeline's eval iterator: rows it masked out as undecodable
+        # Every record of the split is a real row unless it was undecodable, and `count` is already global.
+        result["undecodable"] = float(batches.num_records - count)
     return result
 
 

@@ -52,11 +52,6 @@ def fewshot_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarra
     return results
 
 
-def strip_label_ops(pp: str) -> str:
-    """Few-shot needs images and integer labels only: drop one-hot/multi-hot ops sized for another dataset."""
-    return "|".join(op for op in pp.split("|") if not op.strip().startswith(("onehot", "multihot")))
-
-
 # Test splits whose name misleads: TFDS's imagenet2012 has a `test` split only when the unlabelled test archive was
 # provided (every label -1); its labelled held-out split is `validation`.
 TEST_SPLIT = {"imagenet2012": "validation"}
@@ -74,9 +69,11 @@ def extract_features(features_fn, params, ds, split: str, pp: str, batch_size: i
     """Pre-logits features and labels of the split's examples in order (all, or the first `max_examples`; padding
     rows dropped), on every process."""
     from vit_jax.data import pipeline
+    from vit_jax.data.pp import strip_label_ops
     from vit_jax.parallel.hostarrays import gather_to_host
 
     feats, labels, seen = [], [], 0
+    # Few-shot needs images and integer labels only: one-hot/multi-hot ops are sized for another dataset.
     batches = pipeline.eval_iterator(ds, split=split, pp=strip_label_ops(pp), global_batch_size=batch_size,
                                      sharding=sharding)
     try:

@@ -8,11 +8,11 @@ import dataclasses
 import importlib.resources
 import io
 import math
-import os
 import re
 from typing import Any, Sequence
 
-from vit_jax.sweep.runs import RunState, is_accuracy
+from vit_jax.sweep.runs import RunState, is_accuracy, nested_get
+from vit_jax.train.workdir import resolve
 
 
 def pareto_frontier(costs: Sequence[float], values: Sequence[float]) -> list[bool]:
@@ -91,11 +91,6 @@ def accuracy_keys(states: list[RunState], metric: str,
     return [metric, *rest]
 
 
-def _norm(path: Any) -> str:
-    text = str(path).rstrip("/")
-    return text if "://" in text or not text else os.path.abspath(text)
-
-
 def finetune_accuracy(states: list[RunState], finetune_states: list[RunState],
                       metric: str = "eval/top1") -> dict[str, dict[str, float]]:
     """{pretraining run name: {"finetune/<dataset>/top1": best fraction}} from fine-tuning runs.
@@ -104,26 +99,21 @@ def finetune_accuracy(states: list[RunState], finetune_states: list[RunState],
     its checkpoints/ folder or one step). With several (the learning-rate grid), the best final `metric` is kept:
     the paper picks the rate on held-out training data, so with only a test split this is an optimistic choice.
     """
-    by_workdir = {_norm(s.workdir): s.name for s in states}
+    by_workdir = {resolve(str(s.workdir).rstrip("/")): s.name for s in states}
     out: dict[str, dict[str, float]] = {}
     for ft in finetune_states:
-        if not ft.finished:
-            continue
-        init = _norm(_get_path(ft.summary, "config", "init", "checkpoint") or "")
-        owner = next((name for wd, name in by_workdir.items() if init == wd or init.startswith(wd + "/")), None)
+        init = nested_get(ft.summary, "config", "init", "checkpoint")
         value = ft.metric(metric)
-        dataset = _get_path(ft.summary, "dataset", "name") or "unknown"
-        if owner is None or value is None:
+        if not ft.finished or not init or value is None:
             continue
-        key = f"finetune/{dataset}/{metric.rsplit('/', 1)[-1]}"
-        out.setdefault(owner, {})[key] = max(value, out.get(owner, {}).get(key, -math.inf))
+        init = resolve(init.rstrip("/"))
+        owner = next((name for wd, name in by_workdir.items() if init == wd or init.startswith(wd + "/")), None)
+        if owner is None:
+            continue
+        key = f"finetune/{nested_get(ft.summary, 'dataset', 'name') or 'unknown'}/{metric.rsplit('/', 1)[-1]}"
+        accs = out.setdefault(owner, {})
+        accs[key] = max(value, accs.get(key, -math.inf))
     return out
-
-
-def _get_path(tree: Any, *keys: str) -> Any:
-    for key in keys:
-        tree = tree.get(key) if isinstance(tree, dict) else None
-    return tree
 
 
 def sweep_rows(states: list[RunState], metric: str, device_key: str = "device_days",

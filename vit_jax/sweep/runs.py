@@ -75,7 +75,7 @@ class RunState:
 
     @property
     def exaflops(self) -> float | None:
-        value = _number(_get(self.summary, "compute", "exaflops"))
+        value = _number(nested_get(self.summary, "compute", "exaflops"))
         if value is None:  # unfinished run: the compute spent so far
             values = [x for _, x in self.progress("exaflops")]
             value = max(values) if values else None
@@ -89,7 +89,7 @@ class RunState:
             value = next((_number(m.get(k)) for k in PROGRESS_KEYS[key] if _number(m.get(k)) is not None), None)
             if step is not None and value is not None:
                 pairs[step] = value
-        step, value = _number(_get(self.summary, "steps")), _number(_get(self.summary, *SUMMARY_PROGRESS[key]))
+        step, value = _number(nested_get(self.summary, "steps")), _number(nested_get(self.summary, *SUMMARY_PROGRESS[key]))
         if step is not None and value is not None:
             pairs[step] = value
         return sorted(pairs.items())
@@ -116,14 +116,15 @@ class RunState:
 
     def metric(self, key: str) -> float | None:
         """The run's final value of `key` (summary), else its latest logged value (metrics.jsonl)."""
-        value = _number(_get(self.summary, "final", key))
+        value = _number(nested_get(self.summary, "final", key))
         if value is None:
             logged = [_number(m.get(key)) for m in self.metrics if _number(m.get(key)) is not None]
             value = logged[-1] if logged else None
         return value
 
 
-def _get(tree: dict | None, *keys: str) -> Any:
+def nested_get(tree: dict | None, *keys: str) -> Any:
+    """tree[k1][k2]... or None where a level is missing (summaries written by older versions lack some keys)."""
     for key in keys:
         if not isinstance(tree, dict):
             return None

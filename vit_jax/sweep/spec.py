@@ -32,6 +32,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from vit_jax.train.config import split_config_arg
+
 # Where relative base-config paths are looked up after the current directory: the checkout holding this package.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +61,7 @@ class Run:
         if not config_args:
             return base  # the base's argument, whatever its syntax, as given
         path, base_arg = split_arg(base)
-        merged = {**parse_args_text(base_arg or ""), **config_args}
+        merged = {**split_config_arg(base_arg, _NEEDS_PAIRS), **config_args}
         return f"{path}:{','.join(f'{k}={v}' for k, v in merged.items())}"
 
     @property
@@ -96,18 +98,7 @@ class Sweep:
 
 
 CONFIG_ARGS = "config_args"  # the reserved override key (see the module docstring)
-
-
-def parse_args_text(text: str) -> dict[str, str]:
-    """"a=1,b=x" -> {"a": "1", "b": "x"} (the config-file argument syntax; the config file validates the names)."""
-    out = {}
-    for item in filter(None, text.split(",")):
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"config argument {item!r} is not name=value; `config_args` needs a base config whose "
-                             "argument is name=value pairs")
-        out[name] = value
-    return out
+_NEEDS_PAIRS = "; `config_args` needs a base config whose argument is name=value pairs"
 
 
 def split_config_args(overrides: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
@@ -116,7 +107,7 @@ def split_config_args(overrides: Mapping[str, Any]) -> tuple[dict[str, str], dic
     rest: dict[str, Any] = {}
     for key, value in overrides.items():
         if key == CONFIG_ARGS:
-            config_args.update(parse_args_text(str(value)))
+            config_args.update(split_config_arg(str(value), _NEEDS_PAIRS))
         elif key.startswith(CONFIG_ARGS + "."):
             config_args[key[len(CONFIG_ARGS) + 1:]] = value if isinstance(value, str) else format_value(value)
         else:

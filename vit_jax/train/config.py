@@ -222,13 +222,21 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int):
     return vit_config(m.variant or None, num_classes=num_classes, **kw, **overrides)
 
 
-def parse_config_args(arg: str | None, defaults: dict[str, str]) -> dict[str, str]:
-    """`configs/x.py:variant=B/16,epochs=90` -> {"variant": "B/16", "epochs": "90"}; unknown names are errors."""
-    out = dict(defaults)
+def split_config_arg(arg: str | None, hint: str = "") -> dict[str, str]:
+    """"variant=B/16,epochs=90" -> {"variant": "B/16", "epochs": "90"} (the syntax of `configs/x.py:ARGS`)."""
+    out = {}
     for item in filter(None, (arg or "").split(",")):
         name, sep, value = item.partition("=")
         if not sep:
-            raise ConfigError(f"config argument '{item}' is not name=value (known: {', '.join(defaults)})")
+            raise ConfigError(f"config argument '{item}' is not name=value{hint}")
+        out[name] = value
+    return out
+
+
+def parse_config_args(arg: str | None, defaults: dict[str, str]) -> dict[str, str]:
+    """`configs/x.py:variant=B/16,epochs=90` -> {"variant": "B/16", "epochs": "90"}; unknown names are errors."""
+    out = dict(defaults)
+    for name, value in split_config_arg(arg, f" (known: {', '.join(defaults)})").items():
         if name not in defaults:
             close = difflib.get_close_matches(name, list(defaults), n=1)
             raise ConfigError(f"unknown config argument '{name}'" + (f"; did you mean '{close[0]}'?" if close

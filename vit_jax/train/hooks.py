@@ -196,6 +196,20 @@ class CheckpointHook(Hook):
             self.trainer.save_checkpoint(step, it.get_state(), wait=True)
 
 
+def finish_all(hooks: list[Hook], step: int, it) -> None:
+    """Every hook's end-of-run work, in order, even after one fails (then its error is raised at the end): a
+    failing final evaluation (say, a few-shot dataset missing) must not cost the final checkpoint, so the rerun
+    resumes at the end and only repeats the evaluations."""
+    error = None
+    for hook in hooks:
+        try:
+            hook.finish(step, it)
+        except Exception as e:  # noqa: BLE001 - re-raised below, once the remaining hooks have run
+            error = error or e
+    if error is not None:
+        raise error
+
+
 def progress_scalars(trainer, step: int) -> dict[str, float]:
     """Where training stands at `step`: on every metrics line, so curves can use any progress axis."""
     examples = step * trainer.config.batch_size

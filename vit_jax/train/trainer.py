@@ -196,14 +196,7 @@ class Trainer:
                     hook.maybe_run(step, metrics, it, timer)
             if pending is not None:
                 self._check_finite(pending, step, step, it)
-            try:
-                for hook in hooks:
-                    hook.finish(step, it)
-            finally:
-                # A failing final evaluation (say, a few-shot dataset missing) must not lose the trained state:
-                # the rerun then resumes at the end and only repeats the evaluations.
-                if self.ckpt.latest_step() != step:
-                    self.save_checkpoint(step, it.get_state(), wait=True)
+            hooks_lib.finish_all(hooks, step, it)
             self.ckpt.wait()
             summary = hooks_lib.write_summary(self, step, hooks)
             return summary
