@@ -41,7 +41,12 @@ class RunCheckpointer:
     def save(self, step: int, state: Any, data_state: dict, meta: dict, *, wait: bool = False) -> None:
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
                                   meta=ocp.args.JsonSave(meta))
-        self.manager.save(step, args=args, force=True)
+        # A step saved already (a periodic save, then a preemption or the end of the run at that same step) holds
+        # this very state: saving is idempotent, never Orbax's StepAlreadyExistsError. Orbax waits for the previous
+        # save before its own check too, so this costs no extra blocking.
+        self.manager.wait_until_finished()
+        if step not in self.manager.all_steps():
+            self.manager.save(step, args=args, force=True)
         if wait:
             self.manager.wait_until_finished()
 

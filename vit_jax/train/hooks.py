@@ -192,8 +192,7 @@ class CheckpointHook(Hook):
         self.trainer.save_checkpoint(step, it.get_state())
 
     def finish(self, step, it):
-        if self.trainer.ckpt.latest_step() != step:
-            self.trainer.save_checkpoint(step, it.get_state(), wait=True)
+        self.trainer.save_checkpoint(step, it.get_state(), wait=True)  # a no-op if `step` is saved already
 
 
 def finish_all(hooks: list[Hook], step: int, it) -> None:

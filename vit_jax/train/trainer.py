@@ -226,8 +226,7 @@ class Trainer:
         `state_step` (a skipped update leaves the parameters as they were)."""
         consecutive = int(jax.device_get(metrics["consecutive_skips"]))
         if consecutive >= self.config.nan_guard.max_consecutive:
-            if self.ckpt.latest_step() != state_step:
-                self.save_checkpoint(state_step, it.get_state(), wait=True)
+            self.save_checkpoint(state_step, it.get_state(), wait=True)
             raise NonFiniteError(
                 f"{consecutive} consecutive steps had a non-finite loss or gradient (up to step {step}); stopped. "
                 f"The last good state is saved in {self.ckpt.directory}; lower optimizer.lr or check the data")
