@@ -71,7 +71,7 @@ def test_after_skipping_a_damaged_step_the_run_saves_that_step_again_and_ends_eq
     summary = Trainer(saved_run[1], str(workdir)).train()
     assert summary["steps"] == 12
     # The damaged step is kept, moved aside when the run saved that step again.
-    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == [f"12{DAMAGED_SUFFIX}", "12", "4", "8"]
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == sorted([f"12{DAMAGED_SUFFIX}", "12", "4", "8"])
     assert step_problem(workdir / "checkpoints" / "12") is None
     _, params = load_params_from_run(str(workdir))
     _, reference = load_params_from_run(str(saved_run[0]))
