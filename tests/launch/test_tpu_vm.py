@@ -184,6 +184,8 @@ def test_without_relaunch_a_stop_before_the_end_is_reported():
 # --preflight: the run is compiled for the pod's topology here (the real planner and TPU compiler, v4-8 = 4 chips of
 # 32 GiB); only the gcloud side is faked.
 DEMO = ["--config=configs/demo.py"]
+SMALL = [*DEMO, "--config.model.depth=1", "--config.model.width=32", "--config.model.mlp_dim=64",
+         "--config.model.num_heads=2"]  # compiles in seconds
 # The demo model at 224 px with 4x4 patches: 3136 tokens, whose attention alone needs terabytes at batch 4096.
 TOO_BIG = [*DEMO, "--config.model.image_size=224", "--config.batch_size=4096"]
 
@@ -209,7 +211,7 @@ def test_preflight_refuses_to_create_a_pod_the_run_does_not_fit():
 @pytest.mark.slow
 def test_preflight_lets_a_run_that_fits_go_ahead():
     fake = FakeGcloud(states=["READY"], train_codes=[0], finished=[True])
-    code, said = preflight_launch(fake, DEMO)
+    code, said = preflight_launch(fake, SMALL)
     assert code == 0, said
     assert [c.split(":")[0] for c in fake.calls] == ["describe", "train", "finished?"]
     assert any(line.startswith("[tpu_vm] preflight: ") and " -> fits " in line for line in said)

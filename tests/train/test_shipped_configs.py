@@ -53,3 +53,20 @@ def test_bad_config_arguments():
         load("vit_i21k").get_config("varient=B/16")
     with pytest.raises(ValueError, match="dataset=mnist"):
         load("finetune").get_config("dataset=mnist")
+
+
+@pytest.mark.parametrize("name", ["demo", "vit_i21k", "finetune", "vit_i1k"])
+def test_each_shipped_config_names_its_target_topology(name):
+    """benchmarks/preflight_configs.py compiles every TARGETS entry for its topology (table in docs/BENCHMARKS.md)."""
+    from vit_jax import hardware
+
+    module = load(name)
+    assert module.TARGETS
+    for arg, topology in module.TARGETS.items():
+        validate(module.get_config(arg or None))
+        assert f"({topology})" in module.__doc__ or f"({hardware.parse_topology(topology).name})" in module.__doc__
+
+
+def test_huge_i21k_variants_are_scanned_rematerialised_and_sharded():
+    g = load("vit_i21k").get_config("variant=g/14")
+    assert (g.model.scan, g.model.remat, g.mesh.fsdp, g.optimizer.mu_dtype) == (True, "dots_no_batch", 8, "bfloat16")
