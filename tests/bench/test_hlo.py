@@ -3,7 +3,7 @@ and the replica-group syntaxes (explicit, iota, mesh, source-target pairs) attri
 
 import pytest
 
-from vit_jax.bench import hlo
+from vit_jax.bench import hlo, hlo_collectives
 
 MESH = {"data": 2, "fsdp": 4, "tensor": 1}  # partition id = 4 * data + fsdp
 
@@ -92,16 +92,16 @@ def test_collectives_are_attributed_to_the_mesh_axes_their_groups_span():
     ("replica_groups=somethingnew(0), dims", None),
 ])
 def test_replica_group_syntaxes(attrs, groups):
-    assert hlo.replica_groups(attrs, 4) == groups
+    assert hlo_collectives.replica_groups(attrs, 4) == groups
 
 
 def test_group_axes():
     mesh = {"data": 2, "fsdp": 2, "tensor": 2}  # id = 4 * data + 2 * fsdp + tensor
-    assert hlo.group_axes([[0, 1], [2, 3]], mesh) == "tensor"
-    assert hlo.group_axes([[0, 4]], mesh) == "data"
-    assert hlo.group_axes([[0, 2, 4, 6]], mesh) == "data+fsdp"
-    assert hlo.group_axes([[0], [1]], mesh) == "none"
-    assert hlo.group_axes(None, mesh) == "unparsed" and hlo.group_axes([[0, 9]], mesh) == "unknown"
+    assert hlo_collectives.group_axes([[0, 1], [2, 3]], mesh) == "tensor"
+    assert hlo_collectives.group_axes([[0, 4]], mesh) == "data"
+    assert hlo_collectives.group_axes([[0, 2, 4, 6]], mesh) == "data+fsdp"
+    assert hlo_collectives.group_axes([[0], [1]], mesh) == "none"
+    assert hlo_collectives.group_axes(None, mesh) == "unparsed" and hlo_collectives.group_axes([[0, 9]], mesh) == "unknown"
 
 
 def conv_module(lhs: str, rhs: str, out: str, window: str, labels: str) -> str:

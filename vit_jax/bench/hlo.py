@@ -11,9 +11,8 @@ as often as their caller.
   model). Elementwise work is not counted, as in the analytic model count (vit_jax.models.flops).
 - HBM bytes: operands read plus results written by every top-level instruction (each fusion's inputs and outputs go
   through HBM); a fusion that only slices an operand reads the slice, one that updates a slice in place writes it.
-- Collectives: all-gather / reduce-scatter / all-reduce / all-to-all / collective-permute with their replica groups
-  (explicit, iota or mesh syntax, as lists of partition ids); bytes are the per-device tensor, and the traffic a ring
-  algorithm sends per device: (k-1)/k of it for k devices, twice that for all-reduce.
+- Collectives: all-gather / reduce-scatter / all-reduce / all-to-all / collective-permute, attributed to the mesh axes
+  their replica groups span (vit_jax.bench.hlo_collectives).
 
 Loops whose trip count cannot be read are counted once and listed in `unknown_loops`; nothing is guessed silently.
 """
@@ -28,9 +27,10 @@ from typing import Iterator
 
 import numpy as np
 
+from vit_jax.bench.hlo_collectives import collective_record
+
 DTYPE_BYTES = {"pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
                "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "token": 0}
-COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 # Top-level instructions that move no HBM data themselves (bodies they call are counted where they are).
 NO_TRAFFIC = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "while", "call", "conditional",
               "after-all", "partition-id", "replica-id", "opt-barrier", "add-dependency", "domain", "iota",
@@ -346,89 +346,6 @@ def instruction_bytes(module: dict[str, Computation], comp: Computation, inst: I
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Collectives.
-
-def replica_groups(attrs: str, num_devices: int) -> list[list[int]] | None:
-    """Partition ids of each group of a collective (None: a syntax this parser does not know)."""
-    m = re.search(r"source_target_pairs=(\{(?:\{\d+,\d+\},?)*\})", attrs)
-    if m:
-        return [[int(a), int(b)] for a, b in re.findall(r"\{(\d+),(\d+)\}", m.group(1))]
-    m = re.search(r"replica_groups=\[(\d+),\d+\]<=(\[[\d,]+\](?:T\([\d,]+\))?)", attrs)
-    if m:  # iota syntax: iota(prod(dims)) reshaped to dims, transposed, then cut into groups
-        dims = re.match(r"\[([\d,]+)\]", m.group(2)).group(1)
-        ids = _device_list(m.group(2), math.prod(int(x) for x in dims.split(",")))
-        return ids.reshape(int(m.group(1)), -1).tolist()
-    start = attrs.find("replica_groups=mesh[")
-    if start >= 0:  # mesh syntax: the device list laid out row-major over named axes; a group spans the listed axes
-        head_end = _group_end(attrs, start + len("replica_groups=mesh"))
-        axes = [(name, int(size)) for name, size in re.findall(r"'(\w+)'=(\d+)", attrs[start:head_end])]
-        rest = attrs[head_end:]
-        ids = np.arange(math.prod(s for _, s in axes))
-        if rest.startswith(", device_ids="):
-            group_end = _group_end(rest, len(", device_ids="))
-            ids = _device_list(rest[len(", device_ids=") + 1:group_end - 1], ids.size)
-            rest = rest[group_end:]
-        m = re.match(r"\s*\{([^}]*)\}", rest)
-        names = [a for a, _ in axes]
-        grouped = re.findall(r"'(\w+)'", m.group(1)) if m else []
-        if ids is None or m is None or any(g not in names for g in grouped):
-            return None
-        ids = ids.reshape([s for _, s in axes])
-        order = [i for i, a in enumerate(names) if a not in grouped] + [names.index(g) for g in grouped]
-        size = math.prod(axes[names.index(g)][1] for g in grouped)
-        return ids.transpose(order).reshape(-1, size).tolist()
-    start = attrs.find("replica_groups={")
-    if start >= 0:  # explicit: {{0,1},{2,3}}; {} is one group of all devices
-        text = attrs[start + len("replica_groups="):_group_end(attrs, start + len("replica_groups="))]
-        groups = [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}", text[1:-1])]
-        return groups if groups and groups[0] else [list(range(num_devices))]
-    return None
-
-
-def _device_list(text: str, n: int) -> np.ndarray | None:
-    """`[2,2]T(1,0)` (iota reshaped and transposed) or `0,2,1,3` (explicit) -> the flat device order."""
-    m = re.fullmatch(r"\[([\d,]+)\](?:T\(([\d,]+)\))?", text.strip())
-    if m:
-        ids = np.arange(n).reshape([int(x) for x in m.group(1).split(",")])
-        return (ids.transpose([int(x) for x in m.group(2).split(",")]) if m.group(2) else ids).reshape(-1)
-    if re.fullmatch(r"[\d,\s]+", text):
-        return np.array([int(x) for x in text.split(",")])
-    return None
-
-
-def group_axes(groups: list[list[int]] | None, mesh_shape: dict[str, int]) -> str:
-    """The mesh axes a collective's groups span: 'fsdp', 'data+fsdp', ... ('none': one-device groups)."""
-    if groups is None:
-        return "unparsed"
-    names, sizes = list(mesh_shape), list(mesh_shape.values())
-    n = math.prod(sizes)
-    varying: set[str] = set()
-    for group in groups:
-        if any(i >= n for i in group):
-            return "unknown"
-        coords = np.array(np.unravel_index(group, sizes)).T
-        varying.update(name for j, name in enumerate(names) if len(set(coords[:, j])) > 1)
-    return "+".join(a for a in names if a in varying) or "none"
-
-
-def collective_record(inst: Instruction, mesh_shape: dict[str, int]) -> dict | None:
-    kind = inst.opcode[:-len("-start")] if inst.opcode.endswith("-start") else inst.opcode
-    if kind not in COLLECTIVES:
-        return None
-    shapes = [DTYPE_BYTES.get(t, 4) * math.prod(d) for t, d in arrays(inst.shape)]
-    if inst.opcode.endswith("-start") and kind in ("all-gather", "collective-permute"):
-        shapes = shapes[len(shapes) // 2:] if kind == "all-gather" else shapes[:1]  # (operands, results, ...)
-    groups = replica_groups(inst.attrs, math.prod(mesh_shape.values()))
-    k = max((len(g) for g in groups), default=1) if groups else 1
-    size = float(sum(shapes)) * (k if kind == "reduce-scatter" else 1)  # reduce-scatter: the full input
-    if kind == "collective-permute":
-        traffic = size
-    else:
-        traffic = size * (k - 1) / k * (2 if kind == "all-reduce" else 1)
-    return {"kind": kind, "axes": group_axes(groups, mesh_shape), "group_size": k, "bytes": size, "traffic": traffic}
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # The whole module.
 
 def _top_level(module: dict[str, Computation]) -> Iterator[tuple[Computation, Instruction]]:
@@ -457,7 +374,8 @@ def analyze(text: str, mesh_shape: dict[str, int]) -> dict:
     for comp in module.values():
         n = times.get(comp.name, 0.0)
         for inst in comp.instructions:
-            rec = collective_record(inst, mesh_shape) if n else None
+            rec = collective_record(inst.opcode, [DTYPE_BYTES.get(t, 4) * math.prod(d) for t, d in arrays(inst.shape)],
+                                    inst.attrs, mesh_shape) if n else None
             if rec is None:
                 continue
             for table, key in ((per_kind, rec["kind"]), (per_axis, rec["axes"])):
