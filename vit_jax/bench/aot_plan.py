@@ -69,8 +69,11 @@ def topology_devices(topology: hardware.Topology) -> list:
         if topology.generation.is_tpu:
             for name, value in _libtpu_env(topology).items():  # read when libtpu starts (in this process, if not yet)
                 os.environ.setdefault(name, value)
+            kw = {}
+            if topology.chips < 4:  # smaller than a host (v5e:1x1): libtpu's default host is 2x2x1 chips
+                kw["chips_per_host_bounds"] = (*topology.shape, *(1,) * (3 - len(topology.shape)))
             desc = topologies.get_topology_desc(platform="tpu", topology_name=topology.name,
-                                                chip_config_name=topology.generation.chip_config)
+                                                chip_config_name=topology.generation.chip_config, **kw)
         else:
             hosts, gpus = topology.shape
             desc = topologies.get_topology_desc(platform="cuda", topology=f"1x{hosts}x{gpus}",
@@ -116,24 +119,11 @@ def plan_one(spec: dict[str, Any], compile_step: bool = True) -> dict[str, Any]:
     program = plan_spec.build(spec, devices)
     state = program.abstract_state
     mesh = dict(program.mesh.shape)
-    dp = mesh["data"] * mesh["fsdp"]
     batch = int(spec["batch"])
-    hbm = acc.device_hbm_bytes
     report: dict[str, Any] = {
-        "compiler": compiler_of(topology), "topology": topology.name,
-        "accelerator_type": topology.accelerator_type, "device_kind": devices[0].device_kind,
-        "num_devices": len(devices), "hbm_per_device_bytes": hbm, "model": program.model_cfg.name,
-        "params": program.model.num_params(), "devices": len(devices), "mesh": mesh, "batch": batch,
-        "per_device_batch": batch // dp, "micro_batches": program.config.micro_batches,
-        "remat": program.model_cfg.remat, "dtype": program.model_cfg.dtype, "scan": program.model_cfg.scan,
-        "optimizer": program.config.optimizer.name, "mu_dtype": program.config.optimizer.mu_dtype,
-        "params_bytes_total": common.tree_bytes(state["params"]),
-        "params_bytes_per_device": common.tree_bytes_per_device(state["params"]),
-        "opt_state_bytes_total": common.tree_bytes(state["opt_state"]),
-        "opt_state_bytes_per_device": common.tree_bytes_per_device(state["opt_state"]),
-        "batch_bytes_per_device": common.tree_bytes_per_device(program.batch_spec(batch)),
-        "state_bytes_per_device": common.tree_bytes_per_device(state),
-    }
+        "compiler": compiler_of(topology), "topology": topology.name, "accelerator_type": topology.accelerator_type,
+        "device_kind": devices[0].device_kind, "hbm_per_device_bytes": acc.device_hbm_bytes,
+        **plan_spec.describe(program, batch)}
     if not compile_step:
         return report
     compiled, report["compile_s"], oom = _compile(lambda: program.train_step.lower(state, program.batch_spec(batch)))

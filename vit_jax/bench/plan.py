@@ -161,24 +161,9 @@ def plan_one(spec: dict[str, Any], compile_step: bool = True) -> dict[str, Any]:
     from vit_jax.bench import plan_spec
 
     program = plan_spec.build(spec)
-    state = program.abstract_state
-    mesh = dict(program.mesh.shape)
-    dp = mesh["data"] * mesh["fsdp"]
-    batch, micro_batches = int(spec["batch"]), program.config.micro_batches
-    report: dict[str, Any] = {
-        "compiler": "xla-cpu (simulated devices: an estimate)", "device_kind": "simulated CPU",
-        "num_devices": program.mesh.size, "model": program.model_cfg.name, "params": program.model.num_params(),
-        "devices": program.mesh.size, "mesh": mesh, "batch": batch, "per_device_batch": batch // dp,
-        "micro_batches": micro_batches, "remat": program.model_cfg.remat, "dtype": program.model_cfg.dtype,
-        "scan": program.model_cfg.scan, "optimizer": program.config.optimizer.name,
-        "mu_dtype": program.config.optimizer.mu_dtype,
-        "params_bytes_total": common.tree_bytes(state["params"]),
-        "params_bytes_per_device": common.tree_bytes_per_device(state["params"]),
-        "opt_state_bytes_total": common.tree_bytes(state["opt_state"]),
-        "opt_state_bytes_per_device": common.tree_bytes_per_device(state["opt_state"]),
-        "batch_bytes_per_device": common.tree_bytes_per_device(program.batch_spec(batch)),
-    }
-    report["state_bytes_per_device"] = common.tree_bytes_per_device(state)
+    batch = int(spec["batch"])
+    report: dict[str, Any] = {"compiler": "xla-cpu (simulated devices: an estimate)", "device_kind": "simulated CPU",
+                              **plan_spec.describe(program, batch)}
     if not compile_step:
         return report
     t = time.perf_counter()
@@ -188,7 +173,7 @@ def plan_one(spec: dict[str, Any], compile_step: bool = True) -> dict[str, Any]:
     report["xla"] = xla
     report["temp_bytes"] = xla.get("temp_size_in_bytes")
     report["peak_bytes"] = xla.get("peak_estimate_bytes")
-    micro, dtype = batch // dp // micro_batches, program.model_cfg.dtype
+    micro, dtype = report["per_device_batch"] // report["micro_batches"], program.model_cfg.dtype
     saved = saved_activation_bytes(program, micro, dtype)
     saved32 = saved if dtype == "float32" else saved_activation_bytes(program, micro, "float32")
     report["saved_activation_bytes"] = saved

@@ -105,3 +105,25 @@ def build(spec: dict[str, Any], devices=None):
     if devices is None:
         devices = common.mesh_devices(common.parse_mesh(spec["mesh"]))
     return build_program(c, int(spec["num_classes"]), durations, devices=devices)
+
+
+def describe(program, batch: int) -> dict[str, Any]:
+    """What every plan reports before compiling: the model, the mesh and the per-device bytes of the train state
+    (from its shardings) and of the batch."""
+    from vit_jax.bench import common
+
+    state = program.abstract_state
+    mesh = dict(program.mesh.shape)
+    return {
+        "model": program.model_cfg.name, "params": program.model.num_params(), "devices": program.mesh.size,
+        "num_devices": program.mesh.size, "mesh": mesh, "batch": batch,
+        "per_device_batch": batch // (mesh["data"] * mesh["fsdp"]), "micro_batches": program.config.micro_batches,
+        "remat": program.model_cfg.remat, "dtype": program.model_cfg.dtype, "scan": program.model_cfg.scan,
+        "optimizer": program.config.optimizer.name, "mu_dtype": program.config.optimizer.mu_dtype,
+        "params_bytes_total": common.tree_bytes(state["params"]),
+        "params_bytes_per_device": common.tree_bytes_per_device(state["params"]),
+        "opt_state_bytes_total": common.tree_bytes(state["opt_state"]),
+        "opt_state_bytes_per_device": common.tree_bytes_per_device(state["opt_state"]),
+        "batch_bytes_per_device": common.tree_bytes_per_device(program.batch_spec(batch)),
+        "state_bytes_per_device": common.tree_bytes_per_device(state),
+    }
