@@ -80,6 +80,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    "(CPU estimate only)")
     p.add_argument("--suggest", action="store_true", help="search remat / micro-batches / FSDP for the cheapest fit")
     p.add_argument("--save-hlo", default="", help="TPU/GPU compiler: write the train step's optimized HLO here")
+    p.add_argument("--no-eval", dest="eval", action="store_false",
+                   help="TPU/GPU compiler: compile the train step only (the eval step is one more compile)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds for the compile subprocess")
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args, rest = p.parse_known_args(argv)
@@ -257,7 +259,7 @@ def run_worker(request: dict[str, Any]) -> dict[str, Any]:
     spec = plan_spec.resolve(spec, spec["devices"])
     if request["suggest"]:
         out = search(dict(spec, eval=False), hbm, request["usable"], request["criterion"], plan_fn)
-        if out["choice"] is not None and request["compiler"] != "cpu":  # the eval step of the choice only
+        if out["choice"] is not None and request["compiler"] != "cpu" and spec.get("eval", True):  # the choice's
             out["choice"] = aot_plan.add_eval_of(out["choice"], dict(out["choice"]["spec"], eval=True))
         return out
     return decide(plan_fn(spec), hbm, request["usable"], request["criterion"])
