@@ -104,7 +104,12 @@ def build(spec: dict[str, Any], devices=None):
                                       checkpoint_every=0, fewshot_every=0)
     if devices is None:
         devices = common.mesh_devices(common.parse_mesh(spec["mesh"]))
-    return build_program(c, int(spec["num_classes"]), durations, devices=devices)
+    architecture = None
+    if not c.model.variant and c.init.checkpoint:  # a fine-tuning config taking its model from init, as the trainer
+        from vit_jax.checkpoints.loading import load_any
+
+        architecture = load_any(c.init.checkpoint)[0]
+    return build_program(c, int(spec["num_classes"]), durations, devices=devices, architecture=architecture)
 
 
 def describe(program, batch: int) -> dict[str, Any]:
