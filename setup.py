@@ -42,7 +42,9 @@ setup(
     package_data={"vit_jax": ["resources/*", "resources/**/*"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.2"],
+        # jax[tpu] brings libtpu (0.0.42.x for jax 0.10.2): the TPU compiler that `vit-jax plan --topology` and the
+        # pod launcher's --preflight use on machines without a TPU, and that the tests exercise (684 MB).
+        "test": ["pytest>=8", "pytest-timeout>=2.2", "jax[tpu]>=0.10.2,<0.11"],
         "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
     },

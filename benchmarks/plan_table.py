@@ -37,8 +37,8 @@ def main(out_dir: str) -> None:
     for path in sorted(glob.glob(os.path.join(out_dir, "plan_*.json"))):
         out = json.load(open(path))
         tag = os.path.basename(path)[5:-5]
-        if "report" in out:
-            print(row(out["report"], f"({tag})"))
+        if "tried" not in out:  # a single plan (older JSON nests it under "report")
+            print(row(out.get("report", out), f"({tag})"))
             continue
         first = out["tried"][0]
         if key(first) not in seen:

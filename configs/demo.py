@@ -5,9 +5,14 @@ local devices, evaluation, checkpoints, metrics (TensorBoard + metrics.jsonl), s
 in about two minutes on 2 CPU cores. Expected result: >= 95% test accuracy (360 test images, 10 classes).
 
     python -m vit_jax.main --config=configs/demo.py --workdir=workdirs/demo
+
+Target: this machine's CPU. For the TPU pre-flight table (benchmarks/preflight_configs.py, docs/BENCHMARKS.md) it is
+also compiled for the smallest TPU, one v5e chip (v5e:1x1).
 """
 
 from vit_jax.train.config import default_config
+
+TARGETS = {"": "v5e:1x1"}
 
 
 def get_config(arg=None):

@@ -13,6 +13,9 @@ linear head (the pretraining pre-logits layer is dropped). Steps: 20k for ImageN
 and Flowers. The paper picks the learning rate from {0.001, 0.003, 0.01, 0.03} (ImageNet: {0.003, 0.01, 0.03,
 0.06}) on a held-out split: configs/sweeps/finetune_lr.py runs that grid. Expected (paper Table 2, ViT-B/16 from
 ImageNet-21k, 384 px): CIFAR-10 98.95%, CIFAR-100 91.67%, Pets 94.43%, Flowers 99.38%, ImageNet 83.97%.
+
+Target topology (TARGETS below; compiled by the TPU compiler in benchmarks/preflight_configs.py, table in
+docs/BENCHMARKS.md): B/16 at 384 px on TPU v3-32 (v3:4x4).
 """
 
 from vit_jax.train.config import default_config, parse_config_args
@@ -25,6 +28,7 @@ DATASETS = {  # name: (train split, eval split, steps, default lr)
     "oxford_flowers102": ("train", "test", 500, 0.003),
 }
 LR_GRID = {"imagenet2012": (0.003, 0.01, 0.03, 0.06)}
+TARGETS = {"dataset=imagenet2012,variant=B/16": "v3:4x4"}
 DEFAULT_LR_GRID = (0.001, 0.003, 0.01, 0.03)
 
 

@@ -11,9 +11,14 @@
   decoupled weight decay 1e-4 in big_vision's convention (= 0.1 in optax's, which multiplies it by the lr), 10k
   warmup, cosine decay, no dropout, a pre-logits layer of the model width, bf16 first moment (as big_vision's
   configs/vit_s16_i1k.py). Reported: 76.5% top-1 after 90 epochs.
+
+Target topologies (TARGETS below; compiled by the TPU compiler in benchmarks/preflight_configs.py, table in
+docs/BENCHMARKS.md): beyer2022 S/16 on TPU v3-8 (v3:2x2), paper B/16 on v3-128 (v3:8x8).
 """
 
 from vit_jax.train.config import default_config, parse_config_args
+
+TARGETS = {"variant=S/16,preset=beyer2022": "v3:2x2", "variant=B/16,preset=paper": "v3:8x8"}
 
 
 def get_config(arg=None):

@@ -13,12 +13,20 @@ B/16 reaches about 84% top-1 (paper Table 2: ViT-B/16 i21k 83.97%, ViT-L/16 i21k
 Choose the model with the `variant` argument, not `--config.model.variant=...`: the pre-logits width, scan + remat,
 FSDP and the first-moment dtype are derived from the argument when this file is read, before overrides apply.
 
+Target topologies (TARGETS below; each variant's train and eval steps are compiled for its target by the TPU compiler
+in benchmarks/preflight_configs.py, table in docs/BENCHMARKS.md): B/32, B/16 and R50+B/16 on TPU v3-128 (v3:8x8),
+L/32 and L/16 on v3-256 (v3:8x16), H/14 on v3-512 (v3:16x16), g/14 on v3-1024 (v3:16x32).
+
 Weight decay follows optax's decoupled convention (added to the update and scaled by the learning-rate schedule).
 """
 
 from vit_jax.train.config import default_config, parse_config_args
 
-WIDE = ("L/", "H/")
+WIDE = ("L/", "H/", "g/", "G/")  # scanned, rematerialised, FSDP-sharded
+HUGE = ("H/", "g/", "G/")  # also a bfloat16 first moment
+TARGETS = {"variant=B/32": "v3:8x8", "variant=B/16": "v3:8x8", "variant=R50+B/16": "v3:8x8",
+           "variant=L/32": "v3:8x16", "variant=L/16": "v3:8x16", "variant=H/14": "v3:16x16",
+           "variant=g/14": "v3:16x32"}
 
 
 def get_config(arg=None):
@@ -50,7 +58,7 @@ def get_config(arg=None):
     c.optimizer.grad_clip_norm = 1.0
     c.optimizer.warmup_steps = 10_000
     c.optimizer.schedule = "linear"
-    c.optimizer.mu_dtype = "bfloat16" if v.split("+")[-1].startswith("H/") else "float32"
+    c.optimizer.mu_dtype = "bfloat16" if v.split("+")[-1].startswith(HUGE) else "float32"
     if a["loss"] == "sigmoid":
         c.loss.kind = "sigmoid_xent"
         c.model.head_bias_init = -10.0

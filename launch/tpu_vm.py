@@ -6,7 +6,10 @@ same training command on all workers, stream its output, relaunch after preempti
         --relaunch --workdir gs://my-bucket/runs/vit_b16 -- --config=configs/demo.py --config.batch_size=4096
 
 Subcommands: create | setup | run | launch (= create + setup + run, with --relaunch: loop until finished) | logs |
-stop | status | delete. `--dry-run` prints every command instead of running it. Every worker runs
+stop | status | delete. `--dry-run` prints every command instead of running it. `--preflight` (create, launch)
+first compiles the trainer's train and eval steps for the pod's topology on this machine with the TPU compiler
+(`vit-jax plan --topology ACCELERATOR_TYPE --config ...`: needs vit_jax with libtpu here, no TPU) and refuses to
+create or start anything when they do not fit, printing the memory report. Every worker runs
 `python -m vit_jax.main --workdir=WORKDIR <trainer args>` with VIT_JAX_DISTRIBUTED=auto, so jax.distributed joins the
 pod from the TPU metadata; the trainer resumes from the workdir's latest checkpoint, which is why a relaunch after
 preemption is the same command (and why the workdir must be a gs:// bucket: a preempted VM's disk is gone).
@@ -16,10 +19,13 @@ Standard library only; needs the gcloud CLI (and `git` for setup from this check
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -74,6 +80,46 @@ class Runner:
         if self.dry_run:
             return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
         return subprocess.run(cmd, text=True, capture_output=capture)
+
+
+def planner_command(accelerator_type: str, trainer_args: Sequence[str], json_path: str,
+                    python: str = sys.executable) -> list[str]:
+    """`vit-jax plan` for the trainer's config (--config and its --config.* overrides) on the pod's topology."""
+    config = [a for a in trainer_args if a.startswith("--config=") or a.startswith("--config.")]
+    if not any(a.startswith("--config=") for a in config):
+        raise RuntimeError("--preflight needs the trainer's --config=FILE among the arguments after --")
+    path = next(a for a in config if a.startswith("--config="))[len("--config="):]
+    return [python, "-m", "vit_jax.bench.plan", "--topology", accelerator_type, "--compiler", "tpu", "--config",
+            path, *[a for a in config if a.startswith("--config.")], "--json", json_path]
+
+
+def preflight(args: argparse.Namespace, say: Callable[[str], None]) -> bool:
+    """Compiles the run for the pod's topology here; True when it fits (the planner's report is printed)."""
+    with tempfile.TemporaryDirectory(prefix="vit_jax_preflight_") as tmp:
+        out = os.path.join(tmp, "plan.json")
+        cmd = planner_command(args.accelerator_type, args.trainer_args, out)
+        say(f"[tpu_vm] preflight: compiling the train and eval steps for {args.accelerator_type} here: "
+            f"{shlex.join(cmd)}")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        r = subprocess.run(cmd, cwd=REPO, env=env, text=True, capture_output=True)
+        if r.returncode != 0 or not os.path.exists(out):
+            tail = "\n".join((r.stderr or r.stdout or "").strip().splitlines()[-5:])
+            raise RuntimeError(f"preflight could not compile the run (exit {r.returncode}):\n{tail}")
+        report = json.load(open(out))
+    say(f"[tpu_vm] preflight: {r.stdout.strip()}")
+    if report.get("fits"):
+        return True
+    mib = 1024**2
+    eval_oom = (report.get("eval") or {}).get("out_of_memory")
+    oom = report.get("out_of_memory") or eval_oom
+    say(f"[tpu_vm] preflight: the run does NOT fit {args.accelerator_type} ({report['device_kind']}, "
+        f"{report['hbm_per_device_bytes'] / mib:.0f} MiB per device): "
+        + (f"{'eval' if eval_oom and not report.get('out_of_memory') else 'train'} step: {oom['message']}" if oom
+           else f"peak {report['peak_bytes'] / mib:.0f} MiB per device")
+        + f"; parameters {report['params_bytes_per_device'] / mib:.0f} MiB, optimizer state "
+        f"{report['opt_state_bytes_per_device'] / mib:.0f} MiB per device. Not creating or starting anything; try "
+        f"`vit-jax plan --topology {args.accelerator_type} --config ... --suggest`.")
+    return False
 
 
 class TpuPod:
@@ -291,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lines", type=int, default=100)
     p.add_argument("--follow", action="store_true")
     p.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
+    p.add_argument("--preflight", action="store_true",
+                   help="create/launch: first compile the run for --accelerator-type here (TPU compiler, no TPU "
+                        "needed) and stop if it does not fit")
     return p
 
 
@@ -327,6 +376,8 @@ def main(argv: Sequence[str] | None = None, runner: Runner | None = None,
                 f"runtime {args.runtime_version or default_runtime(args.accelerator_type)}"
                 f"{', spot' if args.spot else ''}{', queued resource' if args.queued else ''}")
     try:
+        if args.preflight and args.command in ("create", "launch") and not preflight(args, run.say):
+            return 3
         if args.command == "create":
             pod.ensure_ready()
             return 0

@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("vit_jax.predict", "run a checkpoint on images and write logits"),
     "prepare-data": ("vit_jax.data.prepare", "prepare a dataset (digits, imagenet21k, image folders, TFDS) on disk"),
     "bench": ("vit_jax.bench", "benchmarks: bench data | train | eval"),
-    "plan": ("vit_jax.bench.plan", "memory plan of a train step on N simulated devices: does it fit, and what fix"),
+    "plan": ("vit_jax.bench.plan", "compile the train step for a TPU slice / GPUs here: memory, roofline, collectives"),
     "eval": ("vit_jax.eval.cli", "evaluate a checkpoint: classification on a split and/or few-shot linear probes"),
     "sweep": ("vit_jax.sweep.cli", "scaling sweeps: sweep run | status | report"),
     "analyze": ("vit_jax.report.analyze_cli", "the paper's analyses: attention distance, posemb similarity, ..."),

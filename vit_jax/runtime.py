@@ -1,14 +1,64 @@
-"""Process-wide JAX set-up: simulated CPU devices, the persistent compilation cache, quiet TensorFlow.
+"""Process-wide JAX set-up: the platform choice, simulated CPU devices, the persistent compilation cache, quiet
+TensorFlow.
 
-Must run before the first JAX operation (device count and platform are fixed at backend start).
+Must run before the first JAX operation (device count and platform are fixed at backend start). `choose_platform`
+runs when the `vit_jax` package is imported (see vit_jax/__init__.py), before any of its modules imports JAX.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import sys
 from pathlib import Path
 
 DEFAULT_CACHE_DIR = Path(os.environ.get("VIT_JAX_CACHE_DIR", Path.home() / ".cache" / "vit_jax" / "xla"))
+
+
+# Device files of accelerators JAX can use: TPU v2-v4 (/dev/accel*), TPU v5e and later (VFIO groups), NVIDIA GPUs
+# (/dev/dxg: under WSL2), AMD GPUs.
+ACCELERATOR_DEVICE_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/dxg",
+                            "/dev/kfd")
+GOOGLE_PCI_VENDOR = "0x1ae0"
+
+
+def has_accelerator() -> bool:
+    """Whether this host may have a TPU or GPU: an accelerator device file, or a Google PCI device that is neither a
+    disk nor a network card (TPU chips are Google PCI devices; so are the gVNIC and NVMe of every Cloud VM). Errs on
+    the side of yes: a yes only means JAX picks the platform itself, as it always did."""
+    if any(glob.glob(pattern) for pattern in ACCELERATOR_DEVICE_FILES):
+        return True
+    for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
+        try:
+            if open(vendor).read().strip() != GOOGLE_PCI_VENDOR:
+                continue
+            device_class = open(os.path.join(os.path.dirname(vendor), "class")).read().strip()
+        except OSError:
+            return True
+        if not device_class.startswith(("0x01", "0x02")):  # 0x01: storage, 0x02: network
+            return True
+    return False
+
+
+def choose_platform() -> str | None:
+    """On a host without any accelerator, pins JAX to the CPU (JAX_PLATFORMS=cpu) unless the user chose a platform.
+
+    Why: with libtpu installed (the `test` extra installs it for the TPU compiler of `vit-jax plan --topology`), a
+    JAX left to choose probes for a TPU in every process: a 20 s first start, then ~0.7 s and "could not determine
+    TPU accelerator type" warnings per process on a machine that has none. On a TPU VM or a GPU machine nothing is
+    changed, so JAX finds the accelerator as before; an explicit JAX_PLATFORMS (even empty) always wins. The TPU
+    compiler itself works with JAX_PLATFORMS=cpu (`jax.experimental.topologies`). Returns the platform it set.
+    """
+    if "JAX_PLATFORMS" in os.environ or has_accelerator():
+        return None
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    jax = sys.modules.get("jax")
+    if jax is not None:  # imported before vit_jax: it read the variable already, so set its config (if not started)
+        from jax._src import xla_bridge
+
+        if not xla_bridge.backends_are_initialized():
+            jax.config.update("jax_platforms", "cpu")
+    return "cpu"
 
 
 def configure_jax(num_cpu_devices: int | None = None, cache_dir: str | os.PathLike | None = None) -> None:

@@ -98,3 +98,24 @@ def test_search_takes_the_first_group_that_fits_with_the_smallest_fsdp(monkeypat
     assert (choice["remat"], choice["mesh"]["fsdp"]) == ("dots_no_batch", 4)
     assert ("dots_no_batch", 1, 2) not in compiled  # 4 + 21 GiB cannot fit: skipped without compiling
     assert plan.search(spec, hbm=1 * gib, usable=1.0, criterion="xla")["choice"] is None
+
+
+def test_roofline_of_a_known_step():
+    from vit_jax import hardware
+    from vit_jax.bench.roofline import core_days, roofline
+
+    v3 = hardware.get("v3")  # per core (JAX device): 61.5 TFLOP/s, 450 GB/s HBM, 4 x 656 Gbit/s / 2 ICI
+    r = roofline(v3, num_devices=128, batch=4096, step_flops=3.0e12, model_flops=128 * 2.4e12, hbm_bytes=9e9,
+                 ici_bytes=4.1e9)
+    assert r["compute_s"] == pytest.approx(3.0e12 / 61.5e12)  # 48.8 ms
+    assert r["hbm_s"] == pytest.approx(9e9 / 450e9)  # 20 ms
+    assert r["ici_s"] == pytest.approx(4.1e9 / (4 * 656e9 / 8 / 2))  # 25 ms
+    assert r["bound_by"] == "compute" and r["step_time_lower_bound_s"] == r["compute_s"]
+    assert r["roofline_img_per_s"] == pytest.approx(4096 / (3.0e12 / 61.5e12))  # 83,968 img/s
+    assert r["mfu_ceiling"] == pytest.approx(2.4 / 3.0)  # remat recompute: 3.0 TFLOP counted for 2.4 of model FLOPs
+    r = roofline(v3, num_devices=128, batch=4096, step_flops=1e12, model_flops=128e12, hbm_bytes=45e9, ici_bytes=0)
+    assert r["bound_by"] == "hbm" and r["step_time_lower_bound_s"] == pytest.approx(0.1)
+    assert r["mfu_ceiling"] == pytest.approx(1e12 / (61.5e12 * 0.1))
+    # 1M images at 10k img/s on 128 v3 cores (one core per device): 100 s x 128 cores = 0.148 core-days
+    assert core_days(1e6, 1e4, 128, v3) == pytest.approx(100 * 128 / 86400)
+    assert core_days(1e6, 1e4, 64, hardware.get("v4")) == pytest.approx(100 * 128 / 86400)  # v4: 2 cores per device

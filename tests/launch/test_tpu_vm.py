@@ -179,3 +179,47 @@ def test_a_stop_from_another_terminal_is_not_relaunched():
 def test_without_relaunch_a_stop_before_the_end_is_reported():
     fake = FakeGcloud(states=["READY"], train_codes=[0], finished=[False])
     assert launch(fake) == 1
+
+
+# --preflight: the run is compiled for the pod's topology here (the real planner and TPU compiler, v4-8 = 4 chips of
+# 32 GiB); only the gcloud side is faked.
+DEMO = ["--config=configs/demo.py"]
+SMALL = [*DEMO, "--config.model.depth=1", "--config.model.width=32", "--config.model.mlp_dim=64",
+         "--config.model.num_heads=2"]  # compiles in seconds
+# The demo model at 224 px with 4x4 patches: 3136 tokens, whose attention alone needs terabytes at batch 4096.
+TOO_BIG = [*DEMO, "--config.model.image_size=224", "--config.batch_size=4096"]
+
+
+def preflight_launch(fake: FakeGcloud, trainer_args: list[str]) -> tuple[int, list[str]]:
+    said: list[str] = []
+    fake.say = said.append
+    code = tpu_vm.main(["launch", "--preflight", "--skip-setup", "--name", "p", "--zone", "z", "--accelerator-type",
+                        "v4-8", "--workdir", "gs://b/run", "--", *trainer_args], runner=fake, sleep=lambda s: None)
+    return code, said
+
+
+@pytest.mark.slow
+def test_preflight_refuses_to_create_a_pod_the_run_does_not_fit():
+    fake = FakeGcloud(states=[], train_codes=[], finished=[])
+    code, said = preflight_launch(fake, TOO_BIG)
+    assert code == 3 and fake.calls == []  # not even a `describe`: nothing is created or started
+    report = next(line for line in said if "does NOT fit" in line)
+    assert "v4-8 (TPU v4, 32768 MiB per device)" in report and "Ran out of memory" in report
+    assert "Not creating or starting anything" in report
+
+
+@pytest.mark.slow
+def test_preflight_lets_a_run_that_fits_go_ahead():
+    fake = FakeGcloud(states=["READY"], train_codes=[0], finished=[True])
+    code, said = preflight_launch(fake, SMALL)
+    assert code == 0, said
+    assert [c.split(":")[0] for c in fake.calls] == ["describe", "train", "finished?"]
+    assert any(line.startswith("[tpu_vm] preflight: ") and " -> fits " in line for line in said)
+
+
+def test_preflight_needs_the_trainer_config():
+    with pytest.raises(RuntimeError, match="--preflight needs the trainer's --config"):
+        tpu_vm.planner_command("v4-8", ["--config.batch_size=8"], "/tmp/x.json")
+    cmd = tpu_vm.planner_command("v4-8", [*DEMO, "--config.batch_size=64", "--other=1"], "/tmp/x.json", python="py")
+    assert cmd == ["py", "-m", "vit_jax.bench.plan", "--topology", "v4-8", "--compiler", "tpu", "--config",
+                   "configs/demo.py", "--config.batch_size=64", "--json", "/tmp/x.json"]

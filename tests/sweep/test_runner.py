@@ -172,3 +172,12 @@ def test_ctrl_c_lets_the_trainer_save_before_the_sweep_stops(sweep_file, tmp_pat
     assert "run the same command again to resume" in err
     assert (ready.parent / "saved").exists()  # the trainer was not killed while saving
     assert len(invocations(root)) == 1  # the sweep stopped instead of starting the next run
+
+
+def test_tpu_preflight_is_passed_to_the_pod_launcher():
+    launcher = make_launcher("tpu", extra_args=["--name=pod-1"], preflight=True)
+    cmd = launcher.command(["--config=configs/demo.py"], "gs://b/s/run1")
+    assert cmd[2:6] == ["launch", "--workdir=gs://b/s/run1", "--preflight", "--name=pod-1"]
+    assert "--preflight" not in make_launcher("tpu").command(["--config=configs/demo.py"], "gs://b/s/run1")
+    with pytest.raises(ValueError, match="--preflight applies to --launcher=tpu"):
+        make_launcher("slurm", preflight=True)

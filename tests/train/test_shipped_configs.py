@@ -59,3 +59,22 @@ def test_bad_config_arguments():
         load("finetune").get_config("dataset=cifar10,resolutoin=224")
     with pytest.raises(ConfigError, match="model.variant is empty"):  # no variant, no sizes, no init to take it from
         model_config(load("finetune").get_config("dataset=cifar10"), num_classes=10)
+
+
+@pytest.mark.parametrize("name", ["demo", "vit_i21k", "finetune", "vit_i1k"])
+def test_each_shipped_config_names_its_target_topology(name):
+    """benchmarks/preflight_configs.py compiles every TARGETS entry for its topology (table in docs/BENCHMARKS.md)."""
+    from vit_jax import hardware
+
+    module = load(name)
+    assert module.TARGETS
+    for arg, topology in module.TARGETS.items():
+        c = module.get_config(arg or None)
+        validate(c)
+        model_config(c, num_classes=10)  # a complete model (the planner has no checkpoint to take it from)
+        assert f"({topology})" in module.__doc__ or f"({hardware.parse_topology(topology).name})" in module.__doc__
+
+
+def test_huge_i21k_variants_are_scanned_rematerialised_and_sharded():
+    g = load("vit_i21k").get_config("variant=g/14")
+    assert (g.model.scan, g.model.remat, g.mesh.fsdp, g.optimizer.mu_dtype) == (True, "dots_no_batch", 8, "bfloat16")

@@ -1,15 +1,23 @@
-"""`vit-jax plan`: will this training run fit in an accelerator's memory, and if not, what is the cheapest fix?
+"""`vit-jax plan`: will this training run fit in an accelerator's memory, how fast can it go, and what is the cheapest
+fix when it does not fit?
 
-The real train step (`build_program`, as the trainer builds it) is compiled ahead of time, without running, on a mesh
-of N simulated CPU devices; XLA's memory analysis of that per-device SPMD program gives the argument, output, aliased
-(donated) and temporary bytes. Parameters and optimizer state per device come from their shardings. The simulated
-device count is fixed when JAX starts, so the work runs in a fresh subprocess per device count.
+With `--topology` (a TPU slice: `v3:8x8`, `v4:2x2x4`, or an accelerator type: `v3-128`, `v5litepod-16`) and libtpu
+installed (`pip install "jax[tpu]"`; the `test` extra has it), the trainer's real train and eval steps are compiled by
+the TPU compiler for that slice on this machine, no TPU needed (vit_jax.bench.aot_plan): per-device HBM as the
+compiler assigns it, FLOPs, HBM traffic and collectives per mesh axis from the compiled HLO, and a roofline
+(lower-bound step time, img/s and MFU ceilings). The run is described by model flags (below) or by a trainer config:
 
-One caveat is measured and corrected for: XLA:CPU computes bfloat16 matmuls in float32 and keeps their float32 results,
-so a bf16 step compiled for CPU holds roughly float32-sized activations. Accelerators keep them in bf16. The planner
-therefore also counts the activations the backward pass saves (at the JAX level, exact in shape and dtype) at fp32 and
-at the compute dtype, and reports `estimate` = XLA:CPU peak - (fp32 saved - compute-dtype saved). `fits` is decided on
-the criterion chosen with --criterion (default: the XLA:CPU peak, which is conservative for bf16).
+    vit-jax plan --topology v3:8x8 --variant B/16 --batch 4096 --mesh 1,128,1 --json out.json
+    vit-jax plan --topology v3:8x8 --variant H/14 --batch 4096 --suggest
+    vit-jax plan --topology v4-32 --config configs/vit_i21k.py:variant=L/16 --config.batch_size=2048
+
+Without libtpu (or without --topology) the plan is an ESTIMATE: the step is compiled by XLA:CPU for N simulated CPU
+devices, whose memory analysis of the per-device SPMD program gives the argument, output, aliased (donated) and
+temporary bytes. One caveat is measured and corrected for: XLA:CPU computes bfloat16 matmuls in float32 and keeps
+their float32 results, so a bf16 step compiled for CPU holds roughly float32-sized activations. The planner therefore
+also counts the activations the backward pass saves (at the JAX level, exact in shape and dtype) at fp32 and at the
+compute dtype, and reports `estimate` = XLA:CPU peak - (fp32 saved - compute-dtype saved). `fits` is decided on the
+criterion chosen with --criterion (default: the XLA:CPU peak, which is conservative for bf16).
 
     vit-jax plan --variant H/14 --batch 4096 --devices 64 --accelerator v3 --suggest
     vit-jax plan --variant g/14 --batch 4096 --devices 256 --mesh 2,128,1 --remat full --hbm-gib 32 --json g14.json
@@ -17,6 +25,7 @@ the criterion chosen with --criterion (default: the XLA:CPU peak, which is conse
 --suggest searches, in order of cost, remat none < dots < dots_no_batch (recompute elementwise ops, then attention
 matmuls too) < 2 and 4 micro-batches (more parameter all-gathers, same FLOPs) < full remat (+1 forward pass) with 1, 2, 4,
 8 micro-batches; within each, the smallest FSDP degree (least communication) that fits. The first that fits is reported.
+Each device count and platform needs a fresh JAX, so the work runs in a subprocess.
 """
 
 from __future__ import annotations
@@ -29,39 +38,62 @@ import sys
 import time
 from typing import Any
 
+from vit_jax import hardware
 from vit_jax.bench import common
 
 GIB = common.GIB
-# HBM per JAX device (TPU v2/v3: a device is one core; v4 and later: one chip).
+# The --accelerator names of the CPU-simulated plan: every accelerator of the hardware table with an HBM size.
 ACCELERATORS: dict[str, tuple[str, float]] = {
-    "v3": ("TPU v3 core", 16 * GIB), "v4": ("TPU v4 chip", 32 * GIB), "v5e": ("TPU v5e chip", 16 * GIB),
-    "v5p": ("TPU v5p chip", 95 * GIB), "a100-40": ("A100 40GB", 40 * GIB), "a100-80": ("A100 80GB", 80 * GIB),
-    "h100": ("H100 80GB", 80 * GIB), "h200": ("H200 141GB", 141 * GIB),
-}
+    a.key: (a.key.upper() if not a.is_tpu else f"TPU {a.key} {'core' if a.devices_per_chip > 1 else 'chip'}",
+            a.device_hbm_bytes) for a in hardware.ACCELERATORS if a.hbm_bytes and a.key in (
+        "v3", "v4", "v5e", "v5p", "a100-40", "a100-80", "h100", "h200")}
 SEARCH_ORDER = (("none", 1), ("dots", 1), ("dots_no_batch", 1), ("none", 2), ("dots_no_batch", 2), ("none", 4),
                 ("dots_no_batch", 4), ("full", 1), ("full", 2), ("full", 4), ("full", 8))
 RESULT_MARK = "PLAN_RESULT_JSON:"
+# Arguments that only steer the command, not what is compiled.
+COMMAND_ONLY = ("worker", "json", "accelerator", "hbm_gib", "usable", "criterion", "suggest", "timeout", "compiler")
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The arguments and the trainer overrides (--config.KEY=VALUE, passed through to the trainer's config)."""
     p = argparse.ArgumentParser(prog="vit-jax plan", description=__doc__.split("\n\n")[0])
     common.add_model_args(p, batch=4096, steps=0, warmup=0)
-    p.set_defaults(scan=True, dtype="bfloat16", mesh="1,-1,1", devices=8)
+    p.set_defaults(scan=True, dtype="bfloat16", mesh=None, remat=None, devices=8, num_classes=0)
     p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "adafactor"))
     p.add_argument("--mu-dtype", default="float32", choices=("float32", "bfloat16"))
-    p.add_argument("--micro-batches", type=int, default=1)
+    p.add_argument("--micro-batches", type=int, default=None)
+    p.add_argument("--config", default="", help="plan a trainer config (FILE.py[:ARGS], plus --config.KEY=VALUE "
+                   "overrides) instead of the model flags")
+    p.add_argument("--topology", default="", help="TPU slice: v3:8x8, v4:2x2x4, v5e:4x4, ... or v3-128, v4-32, "
+                   "v5litepod-16, v6e-64; or GPUs: h100:8, h200:2x8 (hosts x GPUs). Sets the devices and their memory")
+    p.add_argument("--compiler", default="auto", choices=("auto", "tpu", "gpu", "cpu"),
+                   help="auto: the TPU or GPU compiler of --topology when installed (libtpu / the CUDA plugin), else "
+                        "XLA:CPU on simulated devices (an estimate)")
     p.add_argument("--accelerator", default="", help="one of " + ", ".join(ACCELERATORS))
     p.add_argument("--hbm-gib", type=float, default=0.0, help="memory per device (instead of --accelerator)")
-    p.add_argument("--usable", type=float, default=0.9,
-                   help="fraction of HBM the step may use (runtime reserve, fragmentation); default 0.9")
-    p.add_argument("--criterion", default="xla", choices=("xla", "estimate"), help="what `fits` is decided on")
+    p.add_argument("--usable", type=float, default=None,
+                   help="fraction of HBM the step may use; default 0.9 for the CPU estimate (runtime reserve, "
+                        "fragmentation), 1.0 for the TPU compiler (it assigns buffers statically and itself refuses "
+                        "a program that exceeds the HBM it can use), 0.75 for GPUs (JAX's default "
+                        "XLA_PYTHON_CLIENT_MEM_FRACTION; raise both together)")
+    p.add_argument("--criterion", default="xla", choices=("xla", "estimate"), help="what `fits` is decided on "
+                   "(CPU estimate only)")
     p.add_argument("--suggest", action="store_true", help="search remat / micro-batches / FSDP for the cheapest fit")
+    p.add_argument("--save-hlo", default="", help="TPU/GPU compiler: write the train step's optimized HLO here")
+    p.add_argument("--no-eval", dest="eval", action="store_false",
+                   help="TPU/GPU compiler: compile the train step only (the eval step is one more compile)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds for the compile subprocess")
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args, rest = p.parse_known_args(argv)
+    overrides = [a for a in rest if a.startswith("--config.")]
+    if len(overrides) != len(rest):
+        p.error(f"unrecognized arguments: {' '.join(a for a in rest if a not in overrides)}")
+    if overrides and not args.config:
+        p.error("--config.KEY=VALUE overrides need --config FILE.py")
+    return args, overrides
 
 
-def hbm_bytes(args: argparse.Namespace) -> tuple[float | None, str]:
+def hbm_bytes(args: argparse.Namespace, topology: hardware.Topology | None = None) -> tuple[float | None, str]:
     if args.hbm_gib:
         return args.hbm_gib * GIB, f"{args.hbm_gib:g} GiB"
     if args.accelerator:
@@ -71,6 +103,9 @@ def hbm_bytes(args: argparse.Namespace) -> tuple[float | None, str]:
                              "or give --hbm-gib")
         name, size = ACCELERATORS[key]
         return size, f"{name} ({size / GIB:g} GiB)"
+    if topology is not None:
+        size = topology.generation.device_hbm_bytes
+        return size, f"{topology.accelerator_type} ({size / GIB:g} GiB per device)"
     return None, ""
 
 
@@ -124,35 +159,25 @@ def saved_activation_bytes(program, per_device_batch: int, dtype: str) -> int | 
 
 
 def plan_one(spec: dict[str, Any], compile_step: bool = True) -> dict[str, Any]:
-    """Memory report of one configuration (needs data*fsdp*tensor devices in this process)."""
-    ns = argparse.Namespace(**spec)
-    program = common.build(ns, optimizer=ns.optimizer, mu_dtype=ns.mu_dtype, micro_batches=ns.micro_batches)
-    state = program.abstract_state
-    mesh = dict(program.mesh.shape)
-    dp = mesh["data"] * mesh["fsdp"]
-    report: dict[str, Any] = {
-        "model": program.model_cfg.name, "params": program.model.num_params(), "devices": program.mesh.size,
-        "mesh": mesh, "batch": ns.batch, "per_device_batch": ns.batch // dp, "micro_batches": ns.micro_batches,
-        "remat": ns.remat, "dtype": ns.dtype, "scan": ns.scan, "optimizer": ns.optimizer, "mu_dtype": ns.mu_dtype,
-        "params_bytes_total": common.tree_bytes(state["params"]),
-        "params_bytes_per_device": common.tree_bytes_per_device(state["params"]),
-        "opt_state_bytes_total": common.tree_bytes(state["opt_state"]),
-        "opt_state_bytes_per_device": common.tree_bytes_per_device(state["opt_state"]),
-        "batch_bytes_per_device": common.tree_bytes_per_device(program.batch_spec(ns.batch)),
-    }
-    report["state_bytes_per_device"] = common.tree_bytes_per_device(state)
+    """Memory report of one configuration, compiled by XLA:CPU (needs data*fsdp*tensor devices in this process)."""
+    from vit_jax.bench import plan_spec
+
+    program = plan_spec.build(spec)
+    batch = int(spec["batch"])
+    report: dict[str, Any] = {"compiler": "xla-cpu (simulated devices: an estimate)", "device_kind": "simulated CPU",
+                              **plan_spec.describe(program, batch)}
     if not compile_step:
         return report
     t = time.perf_counter()
-    compiled = program.compile_train_step(program.batch_spec(ns.batch))
+    compiled = program.compile_train_step(program.batch_spec(batch))
     report["compile_s"] = time.perf_counter() - t
     xla = common.compiled_memory(compiled)
     report["xla"] = xla
     report["temp_bytes"] = xla.get("temp_size_in_bytes")
     report["peak_bytes"] = xla.get("peak_estimate_bytes")
-    micro = ns.batch // dp // ns.micro_batches
-    saved = saved_activation_bytes(program, micro, ns.dtype)
-    saved32 = saved if ns.dtype == "float32" else saved_activation_bytes(program, micro, "float32")
+    micro, dtype = report["per_device_batch"] // report["micro_batches"], program.model_cfg.dtype
+    saved = saved_activation_bytes(program, micro, dtype)
+    saved32 = saved if dtype == "float32" else saved_activation_bytes(program, micro, "float32")
     report["saved_activation_bytes"] = saved
     report["saved_activation_bytes_fp32"] = saved32
     correction = (saved32 - saved) if saved is not None and saved32 is not None else 0
@@ -161,6 +186,8 @@ def plan_one(spec: dict[str, Any], compile_step: bool = True) -> dict[str, Any]:
 
 
 def decide(report: dict[str, Any], hbm: float | None, usable: float, criterion: str) -> dict[str, Any]:
+    """`fits` of a report against `usable` x `hbm` bytes per device. The CPU estimate decides on its XLA:CPU peak or
+    its bf16 estimate (`criterion`); the TPU compiler's report also needs the compile to have succeeded."""
     if hbm is None or report.get("peak_bytes") is None:
         return report
     report["hbm_bytes"] = hbm
@@ -168,6 +195,8 @@ def decide(report: dict[str, Any], hbm: float | None, usable: float, criterion: 
     report["fits_xla"] = fits(report["peak_bytes"], hbm, usable)
     report["fits_estimate"] = fits(report["estimate_bytes"], hbm, usable)
     report["fits"] = report["fits_xla"] if criterion == "xla" else report["fits_estimate"]
+    if report.get("compiler") in ("tpu", "gpu"):
+        report["fits"] = bool(report["fits_compiler"] and report["fits_xla"])
     return report
 
 
@@ -176,15 +205,18 @@ def _fsdp_options(devices: int, tensor: int) -> list[int]:
     return [k for k in (2**i for i in range(n.bit_length())) if n % k == 0]
 
 
-def search(spec: dict[str, Any], hbm: float, usable: float, criterion: str) -> dict[str, Any]:
-    """The first configuration in SEARCH_ORDER (with the smallest FSDP degree) that fits; every compile is logged."""
+def search(spec: dict[str, Any], hbm: float, usable: float, criterion: str, plan_fn=None) -> dict[str, Any]:
+    """The first configuration in SEARCH_ORDER (with the smallest FSDP degree) that fits; every compile is logged.
+    `plan_fn(spec, compile_step)` plans one configuration (default: the CPU estimate's plan_one)."""
+    plan_fn = plan_fn or plan_one
     tried: list[dict[str, Any]] = []
     devices, tensor = spec["devices"], resolve_mesh(spec["mesh"], spec["devices"])[2]
     budget = usable * hbm
 
     def evaluate(remat: str, micro: int, fsdp: int, compile_step: bool = True) -> dict[str, Any]:
         s = dict(spec, remat=remat, micro_batches=micro, mesh=f"{devices // tensor // fsdp},{fsdp},{tensor}")
-        r = decide(plan_one(s, compile_step), hbm, usable, criterion)
+        r = decide(plan_fn(s, compile_step), hbm, usable, criterion)
+        r["spec"] = s
         if compile_step:
             tried.append(r)
             common.log(f"[plan] {_row(r)}")
@@ -216,33 +248,57 @@ def search(spec: dict[str, Any], hbm: float, usable: float, criterion: str) -> d
 
 
 def run_worker(request: dict[str, Any]) -> dict[str, Any]:
+    from vit_jax.bench import plan_spec
+
     spec, hbm = request["spec"], request["hbm"]
+    plan_fn = plan_one
+    if request["compiler"] in ("tpu", "gpu"):
+        from vit_jax.bench import aot_plan
+
+        plan_fn = aot_plan.plan_one
+    spec = plan_spec.resolve(spec, spec["devices"])
     if request["suggest"]:
-        return search(spec, hbm, request["usable"], request["criterion"])
-    return {"report": decide(plan_one(spec), hbm, request["usable"], request["criterion"])}
+        out = search(dict(spec, eval=False), hbm, request["usable"], request["criterion"], plan_fn)
+        if out["choice"] is not None and request["compiler"] != "cpu" and spec.get("eval", True):  # the choice's
+            out["choice"] = aot_plan.add_eval_of(out["choice"], dict(out["choice"]["spec"], eval=True))
+        return out
+    return decide(plan_fn(spec), hbm, request["usable"], request["criterion"])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The command (never imports JAX itself: each device count needs its own process).
+# The command (never imports JAX itself: each device count and platform needs its own process).
 
 def _row(r: dict[str, Any]) -> str:
     fmt = common.fmt_bytes
     mesh = r["mesh"]
     text = (f"{r['model']} b{r['batch']} {r['dtype']} remat={r['remat']} micro={r['micro_batches']} "
             f"mesh=({mesh['data']},{mesh['fsdp']},{mesh['tensor']}): params {fmt(r['params_bytes_per_device'])} "
-            f"opt {fmt(r['opt_state_bytes_per_device'])} temp {fmt(r['temp_bytes'])} peak {fmt(r['peak_bytes'])} "
-            f"est {fmt(r['estimate_bytes'])}")
+            f"opt {fmt(r['opt_state_bytes_per_device'])} ")
+    if r.get("out_of_memory"):
+        text += f"OUT OF MEMORY at compile: {r['out_of_memory']['message']}"
+    elif r.get("compiler") in ("tpu", "gpu"):
+        text += f"temp {fmt(r['temp_bytes'])} peak {fmt(r['peak_bytes'])}"
+    else:
+        text += f"temp {fmt(r['temp_bytes'])} peak {fmt(r['peak_bytes'])} est {fmt(r['estimate_bytes'])}"
     if "fits" in r:
         text += f" -> {'fits' if r['fits'] else 'does not fit'} {fmt(r['usable_bytes'])}"
+    if r.get("roofline"):
+        rf = r["roofline"]
+        text += (f"; {r['step_flops'] / 1e15:.3g} PFLOP/step ({r['flops_vs_analytic']:.3f} x analytic), roofline "
+                 f"{rf['step_time_lower_bound_s'] * 1e3:.1f} ms/step ({rf['bound_by']}-bound): "
+                 f"{rf['roofline_img_per_s']:.0f} img/s, MFU <= {rf['mfu_ceiling']:.2f}; collectives "
+                 f"{fmt(r['collective_bytes'])}/device")
     return text
 
 
-def run_in_subprocess(request: dict[str, Any], devices: int, timeout: float) -> dict[str, Any]:
-    """Runs the planner's worker in a fresh Python with `devices` simulated CPU devices."""
+def run_in_subprocess(request: dict[str, Any], devices: int, timeout: float,
+                      env_extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """Runs the planner's worker in a fresh Python with `devices` simulated CPU devices (and `env_extra`)."""
     env = dict(os.environ)
     # The memory-minimising scheduler (the concurrency-optimised one trades memory for parallelism on CPU).
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false").strip()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    env.update(env_extra or {})
     cmd = [sys.executable, "-m", "vit_jax.bench.plan", "--devices", str(devices), "--worker", json.dumps(request)]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
@@ -251,33 +307,80 @@ def run_in_subprocess(request: dict[str, Any], devices: int, timeout: float) -> 
     return json.loads(lines[-1][len(RESULT_MARK):])
 
 
+def choose_compiler(args: argparse.Namespace, topology: hardware.Topology | None) -> str:
+    """'tpu' / 'gpu' (the real compiler for --topology, when installed) or 'cpu' (the simulated-devices estimate)."""
+    from vit_jax.bench.aot_plan import INSTALL, compiler_available, compiler_of
+
+    if topology is None or args.compiler == "cpu":
+        if args.compiler not in ("auto", "cpu"):
+            raise SystemExit(f"--compiler {args.compiler} needs --topology (a TPU slice such as v3:8x8, or GPUs: h100:8)")
+        return "cpu"
+    wanted = compiler_of(topology)
+    if args.compiler not in ("auto", wanted):
+        raise SystemExit(f"--topology {topology.name} is compiled by the {wanted.upper()} compiler, not {args.compiler}")
+    if compiler_available(wanted):
+        return wanted
+    if args.compiler == wanted:
+        raise SystemExit(f"--compiler {wanted} needs the {wanted.upper()} compiler here: {INSTALL[wanted]}")
+    return "cpu"
+
+
+def plan(argv: list[str]) -> dict[str, Any]:
+    """Runs a plan from command-line arguments and returns its JSON-able result (printed and written by main)."""
+    args, overrides = parse_args(argv)
+    try:
+        topology = hardware.parse_topology(args.topology) if args.topology else None
+    except ValueError as e:
+        raise SystemExit(f"--topology: {e}") from None
+    compiler = choose_compiler(args, topology)
+    devices = topology.num_devices if topology else args.devices
+    hbm, hbm_name = hbm_bytes(args, topology)
+    if args.suggest and hbm is None:
+        raise SystemExit("--suggest needs a memory size: --topology, --accelerator NAME or --hbm-gib N")
+    usable = args.usable if args.usable is not None else {"tpu": 1.0, "gpu": 0.75}.get(compiler, 0.9)
+    spec = {k: v for k, v in vars(args).items() if k not in COMMAND_ONLY}
+    spec.update(devices=devices, overrides=overrides, topology=topology.name if topology else "")
+    if not args.config:  # model flags: their defaults; a config file keeps its own unless a flag is given
+        spec.update(remat=args.remat or "none", micro_batches=args.micro_batches or 1, mesh=args.mesh or "1,-1,1",
+                    num_classes=args.num_classes or 1000)
+    if spec["mesh"]:
+        spec["mesh"] = ",".join(map(str, resolve_mesh(spec["mesh"], devices)))
+    request = {"spec": spec, "hbm": hbm, "usable": usable, "criterion": args.criterion, "suggest": args.suggest,
+               "compiler": compiler}
+    if compiler != "cpu":
+        from vit_jax.bench.aot_plan import worker_env
+
+        env = worker_env(topology)
+    else:
+        from vit_jax.bench.aot_plan import INSTALL, compiler_of
+
+        env = {"JAX_PLATFORMS": "cpu"}
+        common.log(f"[plan] ESTIMATE: XLA:CPU on {devices} simulated CPU devices" + (
+            f" (the {compiler_of(topology).upper()} compiler is not installed: {INSTALL[compiler_of(topology)]})"
+            if topology else ""))
+    t = time.perf_counter()
+    out = run_in_subprocess(request, 1 if compiler != "cpu" else devices, args.timeout, env)
+    out.update(command=common.command_line("vit-jax plan", argv), accelerator=hbm_name, criterion=args.criterion,
+               usable=usable, wall_s=time.perf_counter() - t)
+    if args.suggest:
+        choice = out["choice"]
+        print(f"suggestion for {hbm_name}: " + (_row(choice) if choice else "nothing in the search space fits"))
+    else:
+        print(_row(out))
+    common.write_json(args.json, out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    if args.worker:
+    if "--worker" in argv:
+        args, _ = parse_args(argv)
         from vit_jax.runtime import configure_jax
 
         configure_jax(num_cpu_devices=args.devices, cache_dir="none")
         print(RESULT_MARK + json.dumps(run_worker(json.loads(args.worker)), default=float), flush=True)
         return 0
-    hbm, hbm_name = hbm_bytes(args)
-    if args.suggest and hbm is None:
-        raise SystemExit("--suggest needs a memory size: --accelerator NAME or --hbm-gib N")
-    data, fsdp, tensor = resolve_mesh(args.mesh, args.devices)
-    spec = {k: v for k, v in vars(args).items() if k not in ("worker", "json", "accelerator", "hbm_gib", "usable",
-                                                               "criterion", "suggest", "timeout")}
-    spec["mesh"] = f"{data},{fsdp},{tensor}"
-    request = {"spec": spec, "hbm": hbm, "usable": args.usable, "criterion": args.criterion, "suggest": args.suggest}
-    t = time.perf_counter()
-    out = run_in_subprocess(request, args.devices, args.timeout)
-    out.update(command=common.command_line("vit-jax plan", argv), accelerator=hbm_name, criterion=args.criterion,
-               usable=args.usable, wall_s=time.perf_counter() - t)
-    if args.suggest:
-        choice = out["choice"]
-        print(f"suggestion for {hbm_name}: " + (_row(choice) if choice else "nothing in the search space fits"))
-    else:
-        print(_row(out["report"]))
-    common.write_json(args.json, out)
+    plan(argv)
     return 0
 
 

@@ -1,6 +1,6 @@
 """`vit-jax sweep`: run a scaling sweep, show its status, and write the compute-versus-accuracy report.
 
-    vit-jax sweep run CONFIG[:ARG] --root DIR [--launcher local|tpu|slurm] [--only GLOB] [--dry-run]
+    vit-jax sweep run CONFIG[:ARG] --root DIR [--launcher local|tpu|slurm] [--preflight] [--only GLOB] [--dry-run]
     vit-jax sweep status CONFIG[:ARG] --root DIR
     vit-jax sweep report DIR [--metric eval/top1] [--compare-paper] [--progress examples|epochs|steps|exaflops]
                              [--finetune-root FT_DIR ...]
@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="local: subprocesses here, one after another; tpu/slurm: launch/ scripts")
     run.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
                      help="extra flag for the launch/ script (repeatable), e.g. --launcher-arg=--name=my-pod")
+    run.add_argument("--preflight", action="store_true",
+                     help="--launcher=tpu: compile each run for the pod's topology here first (TPU compiler, no TPU "
+                          "needed) and do not start runs that do not fit")
     run.add_argument("--trainer", default=None,
                      help=f"command that trains (default: ${TRAINER_ENV}, else `python -m vit_jax.main`)")
     run.add_argument("--only", action="append", default=None, metavar="GLOB",
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
         from vit_jax.sweep.launchers import make_launcher
 
-        launcher = make_launcher(args.launcher, trainer=args.trainer, extra_args=args.launcher_arg)
+        launcher = make_launcher(args.launcher, trainer=args.trainer, extra_args=args.launcher_arg,
+                                 preflight=args.preflight)
         return run_sweep(sweep, args.root, launcher, only=args.only, dry_run=args.dry_run, metric=args.metric)
     except (ValueError, FileNotFoundError) as e:
         print(f"vit-jax sweep {args.command}: error: {e}", file=sys.stderr)

@@ -9,12 +9,13 @@ it would execute (what `--dry-run` prints).
   `--launcher-arg` (the pod's `--name`, `--zone`, `--accelerator-type`; the SLURM `--nodes`, `--partition`, ...) go
   before the `--`:
 
-      python launch/tpu_vm.py launch --workdir=WORKDIR [LAUNCHER_ARGS...] -- TRAINER_ARGS...
+      python launch/tpu_vm.py launch --workdir=WORKDIR [--preflight] [LAUNCHER_ARGS...] -- TRAINER_ARGS...
       python launch/slurm.py --workdir=WORKDIR --job-name=RUN [LAUNCHER_ARGS...] -- TRAINER_ARGS...
 
   where TRAINER_ARGS are the arguments of `python -m vit_jax.main` without `--workdir` (the launchers set it). The
   TPU launcher runs the trainer on every worker of the pod and blocks until it ends (runs go one after another on
-  the pod); the SLURM launcher submits a batch job and returns, so all runs of a sweep queue at once and
+  the pod; with `--preflight` each run is first compiled for the pod's topology and not started if it does not
+  fit); the SLURM launcher submits a batch job and returns, so all runs of a sweep queue at once and
   `vit-jax sweep status` follows them.
 """
 
@@ -88,11 +89,13 @@ class LocalLauncher:
 class ScriptLauncher:
     """Hands each run to a launch/ script (TPU VM pods, SLURM) with the command line in the module docstring."""
 
-    def __init__(self, kind: str, extra_args: Sequence[str] = (), python: str = sys.executable):
+    def __init__(self, kind: str, extra_args: Sequence[str] = (), python: str = sys.executable,
+                 preflight: bool = False):
         self.kind = kind
         self.script = REPO_ROOT / LAUNCH_SCRIPTS[kind]
         self.extra_args = list(extra_args)
         self.python = python
+        self.preflight = preflight  # tpu: compile each run for the pod's topology first (launch/tpu_vm.py)
 
     @property
     def asynchronous(self) -> bool:
@@ -102,7 +105,7 @@ class ScriptLauncher:
     def command(self, trainer_args: Sequence[str], workdir: str) -> list[str]:
         args = [a for a in trainer_args if not a.startswith("--workdir=")]
         if self.kind == "tpu":
-            head = ["launch", f"--workdir={workdir}"]
+            head = ["launch", f"--workdir={workdir}", *(["--preflight"] if self.preflight else [])]
         else:
             head = [f"--workdir={workdir}", f"--job-name={as_path(workdir).name}"]
         return [self.python, str(self.script), *head, *self.extra_args, "--", *args]
@@ -114,12 +117,15 @@ class ScriptLauncher:
         return _wait(subprocess.Popen(self.command(trainer_args, workdir), stdin=subprocess.DEVNULL))
 
 
-def make_launcher(kind: str, *, trainer: str | None = None, extra_args: Sequence[str] = ()) -> Launcher:
-    """The launcher called `kind` (one of LAUNCHERS)."""
+def make_launcher(kind: str, *, trainer: str | None = None, extra_args: Sequence[str] = (),
+                  preflight: bool = False) -> Launcher:
+    """The launcher called `kind` (one of LAUNCHERS); `preflight` (tpu only) compiles each run for the pod first."""
+    if preflight and kind != "tpu":
+        raise ValueError("--preflight applies to --launcher=tpu (it compiles each run for the pod's TPU topology)")
     if kind == "local":
         if extra_args:
             raise ValueError("--launcher-arg only applies to --launcher=tpu|slurm")
         return LocalLauncher(trainer_command(trainer))
     if kind in LAUNCH_SCRIPTS:
-        return ScriptLauncher(kind, extra_args)
+        return ScriptLauncher(kind, extra_args, preflight=preflight)
     raise ValueError(f"unknown launcher {kind!r}; choose one of {', '.join(LAUNCHERS)}")

@@ -9,17 +9,13 @@ from typing import Any
 import jax
 import numpy as np
 
-# Dense bf16 peak FLOP/s per JAX device (TPU v2/v3 devices are single cores; v4 and later are whole chips).
-PEAK_FLOPS = (
-    ("TPU v2", 22.5e12), ("TPU v3", 61.5e12), ("TPU v4", 275e12), ("TPU v5 lite", 197e12), ("TPU v5e", 197e12),
-    ("TPU v5p", 459e12), ("TPU v5", 459e12), ("TPU v6 lite", 918e12), ("TPU v6e", 918e12), ("TPU7x", 2307e12),
-    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("A100", 312e12),
-    ("B200", 2250e12), ("L4", 121e12),
-)
-# TensorCores per JAX device, for TPU-core-days (the ViT paper's compute unit). The first key contained in the device
-# kind wins: v5e reports "TPU v5 lite" (one core), v5p "TPU v5" or "TPU v5p" (two cores, one megacore device).
-TPU_CORES = (("TPU v2", 1), ("TPU v3", 1), ("TPU v4", 2), ("TPU v5 lite", 1), ("TPU v5e", 1), ("TPU v5p", 2),
-             ("TPU v5", 2), ("TPU v6", 1))
+from vit_jax import hardware
+
+# (device_kind substring, value) per JAX device, derived from the one hardware table (vit_jax.hardware); the first key
+# contained in a device kind wins. Dense bf16 peak FLOP/s for MFU, and TensorCores per device for TPU-core-days (the
+# ViT paper's compute unit): v5e reports "TPU v5 lite" (one core), v5p "TPU v5" (two cores, one megacore device).
+PEAK_FLOPS = tuple((kind, a.device_peak_flops) for a in hardware.ACCELERATORS for kind in a.kinds)
+TPU_CORES = tuple((kind, a.tensorcores_per_device) for a in hardware.ACCELERATORS if a.is_tpu for kind in a.kinds)
 
 
 def table_lookup(table, kind: str):

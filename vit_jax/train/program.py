@@ -65,6 +65,12 @@ class TrainProgram:
                 "labels": jax.ShapeDtypeStruct((global_batch_size, n), jnp.float32, sharding=sh),
                 "label": jax.ShapeDtypeStruct((global_batch_size,), jnp.int32, sharding=sh)}
 
+    def eval_batch_spec(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+        """Abstract global eval batch: a training batch plus `_mask` (1 for real rows, 0 for padding)."""
+        spec = self.batch_spec(global_batch_size)
+        spec["_mask"] = jax.ShapeDtypeStruct((global_batch_size,), jnp.float32, sharding=self.batch_sh)
+        return spec
+
     def compile_train_step(self, batch_spec: dict[str, jax.ShapeDtypeStruct]):
         return self.train_step.lower(self.abstract_state, batch_spec).compile()
 

@@ -1,0 +1,59 @@
+"""The platform choice: a host without accelerators pins JAX to the CPU (libtpu, installed by the test extra, is then
+never started: no TPU warnings, no start-up cost); a TPU or GPU host, or an explicit JAX_PLATFORMS, is left alone."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vit_jax import runtime
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_importing_vit_jax_on_this_host_chooses_the_platform_before_jax_starts():
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS" and not k.startswith("TPU_")}
+    env["PYTHONPATH"] = str(ROOT)
+    code = "import os, vit_jax, jax; print(os.environ.get('JAX_PLATFORMS', 'unset'), jax.default_backend())"
+    r = subprocess.run([sys.executable, "-c", code], env=env, text=True, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    if runtime.has_accelerator():  # a TPU VM or GPU machine: JAX picks its accelerator as always
+        assert r.stdout.split()[0] == "unset"
+    else:
+        assert r.stdout.split() == ["cpu", "cpu"]
+        assert "TPU" not in r.stderr and r.stderr.strip() == ""  # libtpu was not even loaded
+
+
+def test_an_explicit_platform_or_an_accelerator_is_left_alone(monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "")
+    monkeypatch.setattr(runtime, "has_accelerator", lambda: False)
+    assert runtime.choose_platform() is None and os.environ["JAX_PLATFORMS"] == ""
+    monkeypatch.delenv("JAX_PLATFORMS")
+    monkeypatch.setattr(runtime, "has_accelerator", lambda: True)
+    assert runtime.choose_platform() is None and "JAX_PLATFORMS" not in os.environ
+    monkeypatch.setattr(runtime, "has_accelerator", lambda: False)
+    assert runtime.choose_platform() == "cpu" and os.environ["JAX_PLATFORMS"] == "cpu"
+
+
+@pytest.mark.parametrize("files, pci_class, expected", [
+    ({}, None, False),
+    ({"/dev/accel*": ["/dev/accel0"]}, None, True),  # TPU v2-v4
+    ({"/dev/nvidiactl": ["/dev/nvidiactl"]}, None, True),
+    ({}, "0x020000", False),  # a Google network card (gVNIC): every Cloud VM has one
+    ({}, "0x120000", True),  # a Google processing accelerator: a TPU chip
+])
+def test_accelerator_detection(monkeypatch, tmp_path, files, pci_class, expected):
+    pci = tmp_path / "0000:00:04.0"
+    pci.mkdir()
+    (pci / "vendor").write_text("0x1ae0\n")
+    (pci / "class").write_text(f"{pci_class}\n")
+
+    def fake_glob(pattern):
+        if pattern == "/sys/bus/pci/devices/*/vendor":
+            return [str(pci / "vendor")] if pci_class else []
+        return files.get(pattern, [])
+
+    monkeypatch.setattr(runtime.glob, "glob", fake_glob)
+    assert runtime.has_accelerator() is expected
