@@ -58,6 +58,13 @@ def initialize(coordinator: str = "", num_processes: int = 0, process_id: int = 
                                "or pass --config.distributed.coordinator") from e
     else:
         return False
+    if jax.default_backend() == "cpu":
+        # Only process 0 writes the persistent compilation cache, and the other processes' cache keys differ from
+        # its (JAX 0.10: every program of process 1 misses): a restarted job's process 0 loads everything and waits
+        # at the first collective while the others compile, and gloo gives up after 30 s ("Gloo context
+        # initialization failed: DEADLINE_EXCEEDED"). Compiling everywhere costs no wall time: the job waits for its
+        # slowest process anyway.
+        jax.config.update("jax_enable_compilation_cache", False)
     if watchdog:
         from vit_jax.parallel import watchdog as watchdog_lib
 
