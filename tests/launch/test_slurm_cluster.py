@@ -99,6 +99,14 @@ def run_seconds(record: dict[str, str]) -> int:
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 
 
+def is_stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP), from its state in /proc/PID/stat."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
+
+
 def attempt_log(job: ClusterJob, restart: int) -> str:
     """The log lines of one attempt (SLURM_RESTART_COUNT = restart)."""
     parts = re.split(r"^\[slurm\] job \d+, restart (\d+),.*$", job.log, flags=re.M)
@@ -162,10 +170,11 @@ def test_scancel_term_and_the_time_limit_warning_save_requeue_and_resume_exactly
     for pid in pids.values():
         os.kill(pid, signal.SIGSTOP)
     try:
-        limit_min = math.ceil((run_seconds(job.record()) + 75) / 60)  # 75-135 s left; the warning comes at <= 120
+        # 60-120 s left: SLURM sends the warning at its next check (--signal-lead 90, up to 30 s early).
+        limit_min = math.ceil((run_seconds(job.record()) + 60) / 60)
         slurm_cluster.run("scontrol", "update", f"JobId={job.id}", f"TimeLimit={limit_min}")
         deadline = time.monotonic() + 120
-        while any(_stopped(pid) for pid in pids.values()):
+        while any(is_stopped(pid) for pid in pids.values()):
             assert time.monotonic() < deadline, "no time-limit warning from SLURM within 120 s"
             time.sleep(0.2)
     finally:
@@ -192,13 +201,6 @@ def test_scancel_term_and_the_time_limit_warning_save_requeue_and_resume_exactly
     assert "[slurm] training finished" in attempt_log(job, 2)
     assert not (job.workdir / ".exit" / f"lost-restarts.{job.id}").exists()  # requeues for time, not for losses
     assert_same_run(job.workdir, uninterrupted["two"])
-
-
-def _stopped(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-    except (OSError, IndexError):
-        return False
 
 
 def test_a_killed_task_is_requeued_at_most_max_restarts_times_then_the_job_fails_naming_it(slurm_cluster,
