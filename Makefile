@@ -11,7 +11,7 @@ WORKDIR ?= workdirs/demo
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 SLURM_PROGRAMS := munged mungekey slurmctld slurmd sbatch srun scontrol scancel sinfo squeue
 
-.PHONY: demo test install clean slurm
+.PHONY: demo test install clean slurm-packages
 
 $(VENV)/.installed: setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "vit_jax needs Python >= 3.11 (set PYTHON=...)")'
@@ -25,10 +25,10 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(PY) -m vit_jax.main --config=configs/demo.py --workdir=$(WORKDIR)
 
-test: $(VENV)/.installed slurm
+test: $(VENV)/.installed slurm-packages
 	$(PY) -m pytest -q tests
 
-slurm:
+slurm-packages:
 	@for p in $(SLURM_PROGRAMS); do command -v $$p >/dev/null || missing=1; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
