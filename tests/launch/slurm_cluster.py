@@ -31,6 +31,8 @@ PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "scon
 # a step-termination request only once the step's processes are gone (up to KillWait); with the default 10 s,
 # slurmctld gives up and resends it later, and a resent request can end the next attempt of a requeued job (its
 # step has the same id, and cred_expire=10 starts it early). SLURM's default cred_expire (120 s) outlasts the resend.
+# Two partitions: a job in `urgent` preempts the default `batch`'s jobs, which first get GraceTime seconds with
+# SIGTERM to their tasks (how a scheduler asks a job to save before it takes the nodes).
 SLURM_CONF = """\
 ClusterName=vitjaxtest
 SlurmctldHost={host}(127.0.0.1)
@@ -63,7 +65,10 @@ MailProg=/bin/true
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE PriorityTier=1 PreemptMode=CANCEL GraceTime=30 State=UP
+PartitionName=urgent Nodes=ALL MaxTime=INFINITE PriorityTier=2 PreemptMode=OFF State=UP
 """
 
 

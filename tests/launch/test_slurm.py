@@ -101,6 +101,7 @@ exit "$FAKE_WHAT"
 """
 FAKE_SCONTROL = """#!/bin/bash
 echo "$@" >> "$FAKE_LOG/scontrol.calls"
+if [ "$1" = show ]; then echo "JobId=4242 JobName=vit_jax JobState=RUNNING Reason=None"; fi
 """
 
 

@@ -6,7 +6,9 @@ sbatch, srun, scancel and scontrol.
 - `scancel --signal=TERM` and the time-limit warning (`--signal=TERM@lead`) end each attempt with a coordinated save;
   the script requeues the job, which resumes and ends with the metrics of the uninterrupted run;
 - a killed task's process: the job is requeued at most --max-restarts times, then fails; its record (log and the
-  job's Comment) names the killed rank.
+  job's Comment) names the killed rank;
+- with a stand-in trainer (the script's decisions, not training): preemption by a higher-priority partition
+  requeues the job, and a plain `scancel` stops it for good.
 """
 
 from __future__ import annotations
@@ -33,13 +35,11 @@ TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 class ClusterJob:
     """One job submitted with launch/slurm.py: its log (WORKDIR/slurm-<id>.out, all attempts), record and tasks."""
 
-    def __init__(self, cluster, workdir: Path, *launcher_args: str, extra: tuple[str, ...] = (),
-                 data_dir: str = ""):
+    def __init__(self, cluster, workdir: Path, launcher_args: tuple[str, ...] = (), trainer_args: tuple[str, ...] = ()):
         self.cluster, self.workdir = cluster, workdir
-        trainer_args = [a for a in train_args(workdir, data_dir, STEPS) if not a.startswith("--workdir=")]
         command = [sys.executable, str(ROOT / "launch" / "slurm.py"), "--gpus-per-node=0", "--cpu-tasks-per-node=2",
                    "--time=10", f"--python={sys.executable}", f"--repo={ROOT}", f"--workdir={workdir}",
-                   *launcher_args, "--", *trainer_args, "--config.num_cpu_devices=2", *extra]
+                   *launcher_args, "--", *trainer_args]
         # sbatch hands its environment to the job (PYTHONPATH, the compilation cache, SLURM_CONF for scontrol).
         r = subprocess.run(command, env={**job_env(), **cluster.env}, text=True, capture_output=True, timeout=60)
         m = re.search(r"Submitted batch job (\d+)", r.stdout)
@@ -92,6 +92,12 @@ class ClusterJob:
         return pids
 
 
+def demo_job(cluster, workdir: Path, data_dir: str, *launcher_args: str, extra: tuple[str, ...] = ()) -> ClusterJob:
+    """The tiny demo trainer of the launcher tests (STEPS steps, helpers.train_args) as a 2-task CPU job."""
+    trainer_args = [a for a in train_args(workdir, data_dir, STEPS) if not a.startswith("--workdir=")]
+    return ClusterJob(cluster, workdir, launcher_args, (*trainer_args, "--config.num_cpu_devices=2", *extra))
+
+
 def run_seconds(record: dict[str, str]) -> int:
     """The job's RunTime ([D-]HH:MM:SS) in seconds."""
     days, _, hms = record["RunTime"].rpartition("-")
@@ -132,7 +138,7 @@ def assert_same_run(workdir: Path, reference: Path) -> None:
 @pytest.fixture(scope="module")
 def finished(slurm_cluster, digits_dir, tmp_path_factory) -> ClusterJob:
     """An uninterrupted 2-task job, run to its end."""
-    job = ClusterJob(slurm_cluster, tmp_path_factory.mktemp("slurm_finished"), data_dir=digits_dir)
+    job = demo_job(slurm_cluster, tmp_path_factory.mktemp("slurm_finished"), digits_dir)
     job.wait_until(TERMINAL)
     return job
 
@@ -151,8 +157,8 @@ def test_a_job_runs_to_the_end_with_the_local_launchers_metrics_and_is_not_reque
 def test_scancel_term_and_the_time_limit_warning_save_requeue_and_resume_exactly(slurm_cluster, digits_dir,
                                                                                   uninterrupted, tmp_path):
     # The test freezes both trainers for up to a minute (below): the watchdog must not take that for a lost peer.
-    job = ClusterJob(slurm_cluster, tmp_path / "run", "--signal-lead=90", data_dir=digits_dir,
-                     extra=("--config.distributed.heartbeat_timeout_s=300",))
+    job = demo_job(slurm_cluster, tmp_path / "run", digits_dir, "--signal-lead=90",
+                   extra=("--config.distributed.heartbeat_timeout_s=300",))
 
     # Attempt 0: a user's (or a preempting scheduler's) SIGTERM to every task.
     job.wait_for(r"^0: step ([3-9]|\d\d)/")
@@ -205,7 +211,7 @@ def test_scancel_term_and_the_time_limit_warning_save_requeue_and_resume_exactly
 
 def test_a_killed_task_is_requeued_at_most_max_restarts_times_then_the_job_fails_naming_it(slurm_cluster,
                                                                                             digits_dir, tmp_path):
-    job = ClusterJob(slurm_cluster, tmp_path / "run", "--max-restarts=1", data_dir=digits_dir)
+    job = demo_job(slurm_cluster, tmp_path / "run", digits_dir, "--max-restarts=1")
     start = 0
     for restart in (0, 1):  # the same task killed in every attempt, as a recurring out-of-memory kill would
         # After a checkpoint, so that the requeued attempt resumes from it.
@@ -231,3 +237,57 @@ def test_a_killed_task_is_requeued_at_most_max_restarts_times_then_the_job_fails
     assert re.search(r"^0: resumed from .*/checkpoints/\d+ \(step \d+\)", second, re.M), second
     assert "requeue" not in second.split("exit status by rank")[1]
 
+
+
+# Stands in for `python -m vit_jax.main --workdir=W ...` where what is tested is the script's decision, not training:
+# it trains until SIGTERM, then saves and exits 0 as the trainer does; in a requeued attempt it finishes the run.
+STAND_IN_TRAINER = """#!/bin/bash
+workdir=${3#--workdir=}
+if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
+  if [ "$SLURM_PROCID" = 0 ]; then echo '{}' > "$workdir/summary.json"; fi
+  echo finished; exit 0
+fi
+trap 'echo "SIGTERM: saving"; exit 0' TERM
+echo training
+while :; do sleep 0.2; done
+"""
+
+
+@pytest.fixture
+def stand_in_job(slurm_cluster, tmp_path):
+    """stand_in_job() -> ClusterJob running STAND_IN_TRAINER as a 2-task job, once both tasks are training."""
+    program = tmp_path / "trainer"
+    program.write_text(STAND_IN_TRAINER)
+    program.chmod(0o755)
+
+    def submit() -> ClusterJob:
+        job = ClusterJob(slurm_cluster, tmp_path / "run", (f"--python={program}",))
+        job.wait_for(r"^0: training$")
+        job.wait_for(r"^1: training$")
+        return job
+
+    return submit
+
+
+def test_preemption_saves_and_requeues_the_job(slurm_cluster, stand_in_job):
+    job = stand_in_job()
+    urgent = slurm_cluster.run("sbatch", "--parsable", "--partition=urgent", "--exclusive", "--ntasks=2",
+                               f"--output={job.workdir}/urgent.out", "--wrap=sleep 1").strip()
+    record = job.wait_until(TERMINAL, timeout=120)
+    assert (record["JobState"], record["Restarts"]) == ("COMPLETED", "1"), job.tail()
+    assert slurm_cluster.job(urgent)["JobState"] == "COMPLETED"
+    first = attempt_log(job, 0)
+    assert "0: SIGTERM: saving" in first and "1: SIGTERM: saving" in first, first  # the grace period's SIGTERM
+    assert "[slurm] stopped before the end (time limit or preemption): requeueing to resume" in first
+    assert "[slurm] training finished" in attempt_log(job, 1)
+
+
+def test_scancel_stops_the_job_for_good(slurm_cluster, stand_in_job):
+    job = stand_in_job()
+    slurm_cluster.run("scancel", job.id)
+    note = job.wait_for(r"^\[slurm\] stopped while SLURM ends the job \((\w+): scancel or the time limit\): not "
+                        r"requeueing; sbatch this script again to resume$")
+    assert note.group(1) == "COMPLETING"
+    record = job.wait_until(TERMINAL)
+    assert (record["JobState"], record["Restarts"]) == ("CANCELLED", "0"), job.tail()
+    assert "0: SIGTERM: saving" in job.log and "requeueing to resume" not in job.log
