@@ -162,6 +162,8 @@ def test_a_rank_that_failed_ends_the_job_whatever_srun_returns(run_script, tmp_p
 @pytest.mark.parametrize("codes, cause", [
     ("kill gone gone gone", "rank 0 was killed by SIGKILL (exit 137)"),  # rank 0 killed, srun ended the rest
     ("75 75 gone 75", "rank 2 left no exit status (its node was lost, or srun ended it)"),  # node 2 went down
+    # rank 2's node went down; srun ended rank 0's task with SIGTERM before its trainer could handle it
+    ("143 75 gone 75", "rank 2 left no exit status (its node was lost, or srun ended it)"),
 ])
 def test_a_lost_node_or_killed_rank_among_four_is_requeued(run_script, codes, cause):
     """A node that goes down (no status at all from its ranks) cannot happen on a one-node cluster."""
