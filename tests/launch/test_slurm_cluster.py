@@ -198,7 +198,7 @@ def test_scancel_term_and_the_time_limit_warning_save_requeue_and_resume_exactly
     assert (record["JobState"], record["ExitCode"], record["Restarts"]) == ("COMPLETED", "0:0", "2"), job.tail()
     for restart, stop in ((0, first), (1, second)):
         log = attempt_log(job, restart)
-        synced = {int(p): int(s) for p, s in re.findall(r"^(\d): .*Reached preemption sync point, step=(\d+)", log,
+        synced = {int(p): int(s) for p, s in re.findall(r"^\d: process (\d): stopping at step (\d+) to save", log,
                                                           re.M)}
         assert synced == {0: stop, 1: stop}, log  # both processes stopped and saved at the same step
         assert "[slurm] srun exited with 0; exit status by rank: 0:0 1:0" in log
