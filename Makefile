@@ -6,7 +6,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= workdirs/demo
 
-.PHONY: demo test install clean
+# The SLURM launcher's tests run a one-node SLURM cluster on localhost (tests/launch/slurm_cluster.py): Debian's
+# packages, installed when missing and the user is root (CI); services stay stopped (the tests start their own).
+SLURM_PACKAGES := slurmctld slurmd slurm-client munge
+SLURM_PROGRAMS := munged mungekey slurmctld slurmd sbatch srun scontrol scancel sinfo squeue
+
+.PHONY: demo test install clean slurm-packages
 
 $(VENV)/.installed: setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "vit_jax needs Python >= 3.11 (set PYTHON=...)")'
@@ -20,8 +25,23 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(PY) -m vit_jax.main --config=configs/demo.py --workdir=$(WORKDIR)
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed slurm-packages
 	$(PY) -m pytest -q tests
+
+slurm-packages:
+	@for p in $(SLURM_PROGRAMS); do command -v $$p >/dev/null || missing=1; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "note: $(SLURM_PACKAGES) are missing and only root with apt-get installs them: the SLURM tests will fail"; \
+	  exit 0; fi; \
+	echo "installing $(SLURM_PACKAGES) (Debian packages) for the SLURM launcher tests"; \
+	guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then guard=1; printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; \
+	  chmod 755 /usr/sbin/policy-rc.d; fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	{ apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null; }; }; \
+	rc=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
+	if [ $$rc != 0 ]; then echo "note: installing $(SLURM_PACKAGES) failed: the SLURM tests will fail"; fi
 
 clean:
 	rm -rf $(VENV) .cache workdirs

@@ -10,7 +10,9 @@ work: SIGTERM reaches the trainer `--signal-lead` seconds before the limit (and 
 the same step on every process and exits 0, and the script requeues the job, which resumes from WORKDIR. Each
 process's exit status is recorded under WORKDIR/.exit/ (srun's own exit code merges them): a lost process (killed,
 or stopped by the watchdog's exit 75 because a peer was lost) is requeued up to --max-restarts times; a process that
-failed (a Python error, a config error) ends the job.
+failed (a Python error, a config error) ends the job. Each attempt's outcome, with the rank at its root, is printed
+and set as the job's Comment (squeue, scontrol show job). `--gpus-per-node 0` makes a CPU job
+(`--cpu-tasks-per-node` processes per node): how the tests run it on a one-node cluster (docs/launching.md).
 
 `--dry-run` prints the script and the sbatch command without writing or submitting anything. Standard library only.
 """
@@ -28,6 +30,8 @@ from typing import Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 LOST_PEER_EXIT_CODE = 75  # vit_jax.parallel.watchdog.LOST_PEER_EXIT_CODE
+# What jax.distributed reads from SLURM's environment; the other distributed.* keys (timeouts) stay the user's.
+SLURM_SETS = tuple(f"--config.distributed.{k}" for k in ("coordinator", "num_processes", "process_id"))
 # What each srun task runs around the trainer: it records the trainer's exit status (128+N when signal N killed it,
 # e.g. 137 from the OOM killer) in $VIT_JAX_EXIT_DIR/<rank>, unless the trainer's watchdog already wrote there the
 # code it stops the job with (vit_jax.parallel.watchdog.record_exit: srun may kill it while its peers read its error).
@@ -49,6 +53,8 @@ GPU_ENV = {
     "NCCL_DEBUG": "WARN",
     "TF_CPP_MIN_LOG_LEVEL": "3",
 }
+# CPU jobs (--gpus-per-node 0): CPU collectives (gloo) between the processes, even where a GPU is visible.
+CPU_ENV = {"JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 @dataclasses.dataclass
@@ -60,6 +66,7 @@ class SlurmJob:
     nodes: int = 1
     gpus_per_node: int = 8
     per_node: bool = False  # one process per node (all its GPUs) instead of one per GPU
+    cpu_tasks_per_node: int = 1  # CPU jobs (gpus_per_node=0): JAX processes per node
     job_name: str = "vit_jax"
     partition: str = ""
     account: str = ""
@@ -76,6 +83,8 @@ class SlurmJob:
 
     @property
     def tasks_per_node(self) -> int:
+        if not self.gpus_per_node:
+            return self.cpu_tasks_per_node
         return 1 if self.per_node else self.gpus_per_node
 
     @property
@@ -86,15 +95,19 @@ class SlurmJob:
         if not os.path.isabs(self.workdir) or any(c.isspace() for c in self.workdir):
             raise ValueError(f"--workdir must be an absolute path without spaces on the cluster's shared "
                              f"filesystem (the log and the requeue check live there), got {self.workdir!r}")
-        if self.nodes < 1 or self.gpus_per_node < 1:
-            raise ValueError("--nodes and --gpus-per-node must be at least 1")
-        if any(a.startswith(("--workdir", "--config.distributed.")) for a in self.trainer_args):
-            raise ValueError("pass --workdir to slurm.py, and no --config.distributed.* flags: SLURM sets them")
+        if self.nodes < 1 or self.gpus_per_node < 0 or self.cpu_tasks_per_node < 1:
+            raise ValueError("--nodes and --cpu-tasks-per-node must be at least 1, --gpus-per-node at least 0")
+        if self.gpus_per_node and self.cpu_tasks_per_node != 1:
+            raise ValueError("--cpu-tasks-per-node is for CPU jobs (--gpus-per-node 0); with GPUs there is one "
+                             "process per GPU, or one per node with --per-node")
+        if any(a.startswith(("--workdir", *SLURM_SETS)) for a in self.trainer_args):
+            raise ValueError("pass --workdir to slurm.py, and no --config.distributed.coordinator/num_processes/"
+                             "process_id flags: SLURM sets them")
 
 
 def sbatch_lines(job: SlurmJob) -> list[str]:
     lines = [f"--job-name={job.job_name}", f"--nodes={job.nodes}", f"--ntasks-per-node={job.tasks_per_node}",
-             f"--gpus-per-node={job.gpus_per_node}", f"--time={job.time}",
+             *([f"--gpus-per-node={job.gpus_per_node}"] if job.gpus_per_node else []), f"--time={job.time}",
              # Preempted or out of time: back to the queue (the trainer resumes from the workdir).
              "--requeue",
              # SIGTERM to every task before the time limit: the trainer saves and exits 0.
@@ -111,7 +124,8 @@ def sbatch_lines(job: SlurmJob) -> list[str]:
 def render_script(job: SlurmJob) -> str:
     """The sbatch script (bash)."""
     job.validate()
-    env = {**GPU_ENV, **job.env, "VIT_JAX_DISTRIBUTED": "auto"}
+    # A CPU job (a CPU partition, or the local test cluster of docs/launching.md) computes on CPU whatever JAX finds.
+    env = {**(GPU_ENV if job.gpus_per_node else CPU_ENV), **job.env, "VIT_JAX_DISTRIBUTED": "auto"}
     if job.per_node:
         # Under SLURM JAX gives each process only the GPU of its SLURM_LOCALID; one process per node needs all.
         env["JAX_LOCAL_DEVICE_IDS"] = ",".join(str(i) for i in range(job.gpus_per_node))
@@ -120,11 +134,15 @@ def render_script(job: SlurmJob) -> str:
                         f"--workdir={job.workdir}", *job.trainer_args])
     workdir = shlex.quote(job.workdir)
     exits = shlex.quote(f"{job.workdir}/.exit")
-    mode = "one process per node" if job.per_node else "one process per GPU"
+    if job.gpus_per_node:
+        mode = "one process per node" if job.per_node else "one process per GPU"
+        shape = f"{job.nodes} node(s) x {job.gpus_per_node} GPU(s), {mode}"
+    else:
+        shape = f"{job.nodes} node(s) x {job.tasks_per_node} CPU process(es)"
     return "\n".join([
         "#!/bin/bash",
-        f"# vit_jax training: {job.nodes} node(s) x {job.gpus_per_node} GPU(s), {mode} "
-        f"({job.num_processes} JAX processes). Generated by launch/slurm.py; see docs/launching.md.",
+        f"# vit_jax training: {shape} ({job.num_processes} JAX processes). Generated by launch/slurm.py; "
+        "see docs/launching.md.",
         *sbatch_lines(job),
         "",
         "set -uo pipefail",
@@ -147,42 +165,67 @@ def render_script(job: SlurmJob) -> str:
         '  kill -0 "$srun_pid" 2>/dev/null || break  # wait returns early when a trapped signal arrives',
         "done",
         "",
-        'error=""; lost=""; recorded=""; codes=""',
+        "# The record of what happened, for people: the log, and the job's Comment (squeue -o %k, scontrol show job).",
+        'note() { echo "[slurm] $1"; scontrol update JobId="$SLURM_JOB_ID" Comment="vit_jax: $1" 2>/dev/null || :; }',
+        "# A requeued job keeps its id, log and workdir; SLURM ends this script and starts it again (restart count + 1).",
+        'requeue() { scontrol requeue "$SLURM_JOB_ID" && exit 0',
+        '  note "scontrol requeue failed: sbatch this script again to resume from the workdir"; exit 1; }',
+        'error=""; lost=""; recorded=""; codes=""; failed=""; killed=""; gone=""; termed=""; peer=""',
         f"for rank in $(seq 0 {job.num_processes - 1}); do",
         '  code=$(cat "$exit_dir/$rank" 2>/dev/null); [ -n "$code" ] || code=none',
         '  codes="$codes $rank:$code"',
         '  case "$code" in',
         "    0) recorded=1 ;;",
-        "    # none: killed with its node, or by srun once another rank had failed; 75: its watchdog saw a peer lost",
-        "    none) lost=1 ;;",
-        f"    {LOST_PEER_EXIT_CODE}) lost=1; recorded=1 ;;",
+        "    # none: killed with its node, or by srun once another rank had ended; 75: its watchdog saw a peer lost",
+        '    none) lost=1; gone=${gone:-"rank $rank left no exit status (its node was lost, or srun ended it)"} ;;',
+        f'    {LOST_PEER_EXIT_CODE}) lost=1; recorded=1; peer=${{peer:-"rank $rank stopped: a peer was lost"}} ;;',
         "    # 128+N: killed by signal N (137: SIGKILL, the OOM killer); below 128: the trainer itself failed",
-        '    *) recorded=1; if [ "$code" -ge 128 ] 2>/dev/null; then lost=1; else error=$code; fi ;;',
+        '    *) recorded=1',
+        '       if [ "$code" -ge 128 ] 2>/dev/null; then',
+        '         lost=1; sig=$(kill -l $((code - 128)) 2>/dev/null) && sig=SIG$sig || sig="signal $((code - 128))"',
+        "         # SIGTERM is how SLURM ends a step's other tasks: a consequence more often than a cause",
+        '         if [ "$code" -eq 143 ]; then termed=${termed:-"rank $rank was killed by SIGTERM (exit 143)"}',
+        '         else killed=${killed:-"rank $rank was killed by $sig (exit $code)"}; fi',
+        '       else error=${error:-$code}; failed=${failed:-"rank $rank failed with exit code $code"}; fi ;;',
         "  esac",
         "done",
         'echo "[slurm] srun exited with $rc; exit status by rank:$codes"',
-        'if [ -z "$recorded" ] && [ "$rc" -ne 0 ]; then error=$rc; fi  # no rank ran at all: srun itself failed',
+        "# The first rank that failed by itself, else the first killed, else the first that vanished: the others",
+        "# were stopped because of it (by the watchdog, 75, or by srun's --kill-on-bad-exit: no status or SIGTERM).",
+        'cause=${failed:-${killed:-${gone:-${termed:-$peer}}}}',
+        'if [ -z "$recorded" ] && [ "$rc" -ne 0 ]; then  # no rank ran at all: srun itself failed',
+        '  error=$rc; cause="srun failed with exit code $rc before any rank ran"',
+        "fi",
         "",
         f"if [ -f {workdir}/summary.json ]; then",
-        '  echo "[slurm] training finished"; exit 0',
+        '  note "training finished"; exit 0',
         "fi",
         'if [ -n "$error" ]; then',
-        '  echo "[slurm] training failed with exit code $error: not requeueing"; exit "$error"',
+        '  note "training failed with exit code $error (root cause: $cause): not requeueing"; exit "$error"',
+        "fi",
+        "# SIGTERM from the time-limit warning, `scancel --signal=TERM` or a preemption's grace period leaves the job",
+        "# RUNNING; `scancel` (stop for good) and the time limit itself end it (COMPLETING): no requeue then.",
+        'state=$(scontrol show job --oneliner "$SLURM_JOB_ID" 2>/dev/null | grep -o "JobState=[A-Z_]*")',
+        'if [ -n "$state" ] && [ "$state" != JobState=RUNNING ]; then',
+        '  note "stopped while SLURM ends the job (${state#JobState=}: scancel or the time limit): not requeueing; '
+        'sbatch this script again to resume"',
+        '  exit "$rc"',
         "fi",
         'if [ "$rc" -eq 0 ]; then',
-        '  echo "[slurm] stopped before the end (time limit or preemption): requeueing to resume"',
-        '  scontrol requeue "$SLURM_JOB_ID"; exit 0',
+        '  note "stopped before the end (time limit or preemption): requeueing to resume"',
+        '  requeue',
         "fi",
         "# Our own count: SLURM_RESTART_COUNT also counts the requeues after time limits and preemptions.",
         f'counter={exits}/"lost-restarts.$SLURM_JOB_ID"',
         'restarts=$(cat "$counter" 2>/dev/null || echo 0)',
         f'if [ -n "$lost" ] && [ "$restarts" -lt {job.max_restarts} ]; then',
         '  echo "$((restarts + 1))" > "$counter"',
-        f'  echo "[slurm] a process was lost: requeueing to resume from the last checkpoint '
+        f'  note "a process was lost (root cause: $cause): requeueing to resume from the last checkpoint '
         f'(restart $((restarts + 1))/{job.max_restarts})"',
-        '  scontrol requeue "$SLURM_JOB_ID"; exit 0',
+        '  requeue',
         "fi",
-        'echo "[slurm] training failed with exit code $rc"',
+        f'note "training failed with exit code $rc (root cause: $cause; {job.max_restarts} restart(s) after lost '
+        'processes used up)"',
         'exit "$rc"',
         "",
     ])
@@ -213,8 +256,10 @@ def parse_args(argv: Sequence[str]) -> tuple[SlurmJob, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workdir", required=True, help="absolute path on the shared filesystem")
     p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--gpus-per-node", type=int, default=8, help="0: a CPU job")
     p.add_argument("--per-node", action="store_true", help="one process per node instead of one per GPU")
+    p.add_argument("--cpu-tasks-per-node", type=int, default=1,
+                   help="with --gpus-per-node 0 (a CPU job): JAX processes per node")
     p.add_argument("--job-name", default="vit_jax")
     p.add_argument("--partition", default="")
     p.add_argument("--account", default="")
@@ -235,7 +280,8 @@ def parse_args(argv: Sequence[str]) -> tuple[SlurmJob, argparse.Namespace]:
     if bad:
         p.error(f"--env needs KEY=VALUE, got {bad[0]!r}")
     job = SlurmJob(workdir=args.workdir, trainer_args=argv[split + 1:], nodes=args.nodes,
-                   gpus_per_node=args.gpus_per_node, per_node=args.per_node, job_name=args.job_name,
+                   gpus_per_node=args.gpus_per_node, per_node=args.per_node,
+                   cpu_tasks_per_node=args.cpu_tasks_per_node, job_name=args.job_name,
                    partition=args.partition, account=args.account, qos=args.qos, time=args.time,
                    cpus_per_task=args.cpus_per_task, exclusive=args.exclusive, signal_lead_s=args.signal_lead,
                    max_restarts=args.max_restarts, python=args.python, repo=args.repo, setup=args.setup,

@@ -1,10 +1,13 @@
-"""Fixtures for the launcher tests: the digits dataset prepared once per session, and jobs killed at teardown."""
+"""Fixtures for the launcher tests: the digits dataset prepared once per session, jobs killed at teardown, the
+uninterrupted reference runs, and the local SLURM cluster."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.launch.helpers import Job
+from tests.launch.helpers import STEPS, Job, train_args, trainer, two_process
 
 
 @pytest.fixture
@@ -29,3 +32,38 @@ def digits_dir(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("tfds")
     pipeline.open_dataset("digits", data_dir=str(path))
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(digits_dir, tmp_path_factory) -> dict[str, Path]:
+    """The same training run as 1 process x 4 devices and as 2 processes x 2 devices (global batch 32 both): the
+    reference of the local launcher's and the SLURM launcher's interrupted runs."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    # Both at once: start-up is mostly single-threaded imports, so two jobs overlap well even on 2 cores.
+    jobs = [Job(trainer(*train_args(root / "one", digits_dir, STEPS), "--config.num_cpu_devices=4")),
+            Job(two_process(root / "two", digits_dir))]
+    try:
+        for job in jobs:
+            assert job.finish() == 0, job.tail()
+    finally:
+        for job in jobs:
+            job.kill()
+    return {"one": root / "one", "two": root / "two"}
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A one-node SLURM cluster on localhost for the whole session (tests/launch/slurm_cluster.py); it cannot start
+    without root and the Debian packages, and then every test using it errors with one line saying so."""
+    from tests.launch.slurm_cluster import ClusterError, LocalSlurmCluster
+
+    cluster = LocalSlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except ClusterError as e:
+        pytest.fail(f"local SLURM cluster: {e}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        stray = cluster.stop()
+    assert not stray, f"processes of the local SLURM cluster outlived its jobs (killed now): {stray}"

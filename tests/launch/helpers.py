@@ -16,6 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_LAUNCHER = ROOT / "launch" / "local.py"
+# Long enough that a signal sent at step 3 to 6 lands well before the end. Every multi-process training test trains
+# this many steps: the learning-rate schedule is compiled in, so one length means one compilation, cached for all.
+STEPS = 40
 
 
 def job_env() -> dict[str, str]:
@@ -44,6 +47,12 @@ def trainer(*args: str) -> list[str]:
 def local_launch(num_processes: int, cpu_devices: int, command: list[str], grace_s: float = 120) -> list[str]:
     return [sys.executable, str(LOCAL_LAUNCHER), "-n", str(num_processes), "--cpu-devices", str(cpu_devices),
             "--grace", str(grace_s), "--", *command]
+
+
+def two_process(workdir: Path, data_dir: str, program: list[str] | None = None,
+                extra: tuple[str, ...] = ()) -> list[str]:
+    """The local launcher running `program` (default: the trainer) as 2 processes x 2 CPU devices for STEPS steps."""
+    return local_launch(2, 2, (program or trainer()) + train_args(workdir, data_dir, STEPS) + list(extra))
 
 
 def losses(workdir: Path) -> dict[int, float]:

@@ -10,39 +10,14 @@ import re
 import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.launch.helpers import ROOT, Job, complete_checkpoints, local_launch, losses, train_args, trainer
+from tests.launch.helpers import ROOT, STEPS, complete_checkpoints, losses, two_process
 
 pytestmark = pytest.mark.slow
 
-# Long enough that a signal sent at step 3 to 6 lands well before the end. Every test trains this many steps: the
-# learning-rate schedule is compiled in, so one length means one compilation, cached for all of them.
-STEPS = 40
 LOST_PEER_EXIT_CODE = 75  # vit_jax.parallel.watchdog.LOST_PEER_EXIT_CODE
-
-
-def two_process(workdir: Path, data_dir: str, program: list[str] | None = None,
-                extra: tuple[str, ...] = ()) -> list[str]:
-    return local_launch(2, 2, (program or trainer()) + train_args(workdir, data_dir, STEPS) + list(extra))
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(digits_dir, tmp_path_factory) -> dict[str, Path]:
-    """The same training run as 1 process x 4 devices and as 2 processes x 2 devices (global batch 32 both)."""
-    root = tmp_path_factory.mktemp("uninterrupted")
-    # Both at once: start-up is mostly single-threaded imports, so two jobs overlap well even on 2 cores.
-    jobs = [Job(trainer(*train_args(root / "one", digits_dir, STEPS), "--config.num_cpu_devices=4")),
-            Job(two_process(root / "two", digits_dir))]
-    try:
-        for job in jobs:
-            assert job.finish() == 0, job.tail()
-    finally:
-        for job in jobs:
-            job.kill()
-    return {"one": root / "one", "two": root / "two"}
 
 
 def test_two_processes_give_the_losses_of_one(uninterrupted):
