@@ -29,6 +29,9 @@ INSTALL_REQUIRES = [
     "scikit-learn>=1.4",  # ships the embedded default dataset (handwritten digits)
     "tqdm>=4.60",
     "absl-py>=2.0",
+    # gs:// datasets, workdirs and checkpoints: etils.epath and our transfers go through fsspec's gcsfs (never
+    # tf.io.gfile, which cannot reach an emulator; see vit_jax/runtime.py). Pods need it, so it is not optional.
+    "gcsfs>=2026.9,<2027",
 ]
 
 setup(
@@ -42,7 +45,8 @@ setup(
     package_data={"vit_jax": ["resources/*", "resources/**/*"]},
     install_requires=INSTALL_REQUIRES,
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.2"],
+        # gcp-storage-emulator: the GCS API server on localhost that tests/storage and `bench data --remote` use.
+        "test": ["pytest>=8", "pytest-timeout>=2.2", "gcp-storage-emulator>=2026.7"],
         "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
     },

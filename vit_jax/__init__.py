@@ -1,3 +1,8 @@
 """vit_jax: Vision Transformers (Dosovitskiy et al., 2021) in JAX/Flax, from pretraining to fine-tuning."""
 
+from vit_jax import runtime as _runtime
+
 __version__ = "0.1.0"
+
+# Before any storage client is imported (gcsfs, tensorstore and etils read their settings once).
+_runtime.configure_storage_env()
