@@ -49,6 +49,8 @@ def _main(argv: list[str]) -> None:
     d = config.distributed
     initialize(d.coordinator, d.num_processes, d.process_id, d.heartbeat_timeout_s, d.initialization_timeout_s)
     hide_accelerators_from_tensorflow()
+    from vit_jax.data.datasets import DataNotFoundError
+    from vit_jax.storage.remote import StorageError
     from vit_jax.train.trainer import Trainer
 
     try:
@@ -56,6 +58,12 @@ def _main(argv: list[str]) -> None:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         sys.exit(2)
+    except (StorageError, DataNotFoundError) as e:  # a bucket or dataset problem: the path and cause, one line
+        from vit_jax.parallel import watchdog
+
+        watchdog.fail_fast(e)  # multi-process: tells the other processes and exits; returns with one process
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     if result.get("status") == "preempted":
         sys.exit(0)
 

@@ -72,7 +72,9 @@ def _step_dir(path: str) -> epath.Path:
         p = p / "checkpoints"
     if (p / "meta").exists() and (p / "state").exists():
         return p
-    steps = sorted(int(c.name) for c in p.iterdir() if c.name.isdigit()) if p.exists() else []
+    # Finalized steps only: in a bucket Orbax writes a step in place and marks it complete last (commit_success.txt).
+    steps = sorted(int(c.name) for c in p.iterdir()
+                   if c.name.isdigit() and ocp.step.is_path_finalized(c)) if p.exists() else []
     if not steps:
         raise FileNotFoundError(f"no complete checkpoint under {path} (expected WORKDIR/checkpoints/<step>/)")
     return p / str(steps[-1])

@@ -39,6 +39,7 @@ class Trainer:
         self.config = config
         self.workdir = workdir = wd.resolve(workdir)  # Orbax needs absolute paths; buckets stay as they are
         self.is_main = jax.process_index() == 0
+        wd.check(workdir)  # a missing bucket: one line, before any work
         if self.is_main:
             wd.path(workdir).mkdir(parents=True, exist_ok=True)
         self.t_start = time.time()
@@ -75,6 +76,7 @@ class Trainer:
         self.ckpt = RunCheckpointer(str(wd.path(self.workdir, "checkpoints")), keep=ck.keep,
                                     keep_every=ck.keep_every_steps, async_save=ck.async_save)
         self.progress = {"train_time_s": 0.0, "wall_time_s": 0.0, "best": {}}
+        self.data_state: dict | None = None  # the restored iterator state, if resumed
         latest = self.ckpt.latest_step()
         if latest is not None:
             self.state, data_state, meta = self.ckpt.restore(latest, self.abstract_state)
@@ -84,6 +86,7 @@ class Trainer:
                     "use a new --workdir")
             self.progress = {**self.progress, **meta.get("progress", {})}
             self.start_step = int(data_state["step"])
+            self.data_state = data_state
             assert self.start_step == int(self.state["step"]), (self.start_step, int(self.state["step"]))
             log(f"resumed from {self.ckpt.directory}/{latest} (step {self.start_step})")
         else:
@@ -128,6 +131,8 @@ class Trainer:
         }
 
     def save_checkpoint(self, step: int, data_state: dict, wait: bool = False) -> None:
+        if getattr(self, "writer", None) is not None:
+            self.writer.flush()  # in a bucket: the metrics up to `step` are stored before the checkpoint is
         self.ckpt.save(step, self.state, data_state, self.metadata(), wait=wait)
 
     def _install_preemption_handlers(self):
@@ -159,7 +164,7 @@ class Trainer:
         c = self.config
         total = self.dur.total_steps
         peak, peak_source = device_peak_flops()
-        writer = MetricWriter(self.workdir, enabled=self.is_main, resume_step=self.start_step)
+        self.writer = writer = MetricWriter(self.workdir, enabled=self.is_main, resume_step=self.start_step)
         dev = jax.devices()[0]
         self.hardware = {"device_kind": dev.device_kind, "platform": dev.platform, "num_devices": jax.device_count(),
                          "peak_flops_per_device": peak, "peak_source": peak_source,
@@ -169,7 +174,10 @@ class Trainer:
         it = pipeline.train_iterator(self.ds, split=c.data.train_split, pp=c.data.pp_train,
                                      global_batch_size=c.batch_size, sharding=self.batch_sh, seed=c.seed,
                                      start_step=self.start_step, fraction=c.data.fraction,
-                                     num_workers=c.data.num_workers or None, prefetch=c.data.prefetch)
+                                     num_workers=c.data.num_workers or None, prefetch=c.data.prefetch,
+                                     stream=dict(window=c.data.stream_window, read_ahead=c.data.stream_read_ahead))
+        if self.data_state is not None:
+            it.explain_resume(self.data_state)  # a bucket stream resumed by another process count: one line
         hooks = hooks_lib.default_hooks(self, writer)
         previous = self._install_preemption_handlers()
         step = self.start_step
