@@ -18,6 +18,22 @@ GOLDEN = ROOT / "tests" / "assets" / "golden"  # copied from ../shared/golden (s
 GOLDEN_CASES = ("tiny_token", "tiny_gap_rep", "tiny_hybrid")
 
 
+@pytest.fixture
+def start_job():
+    """start_job(command, env=None) -> tests.launch.helpers.Job; every job still running at the end is killed."""
+    from tests.launch.helpers import Job
+
+    jobs: list = []
+
+    def start(command: list[str], env: dict[str, str] | None = None):
+        jobs.append(Job(command, env=env))
+        return jobs[-1]
+
+    yield start
+    for job in jobs:
+        job.kill()
+
+
 @pytest.fixture(scope="session")
 def golden_dir() -> Path:
     return GOLDEN

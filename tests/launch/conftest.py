@@ -1,24 +1,8 @@
-"""Fixtures for the launcher tests: the digits dataset prepared once per session, and jobs killed at teardown."""
+"""Fixtures for the launcher tests: the digits dataset prepared once per session (jobs: tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-
-from tests.launch.helpers import Job
-
-
-@pytest.fixture
-def start_job():
-    """start_job(command) -> Job; every job still running at the end of the test is killed."""
-    jobs: list[Job] = []
-
-    def start(command: list[str]) -> Job:
-        jobs.append(Job(command))
-        return jobs[-1]
-
-    yield start
-    for job in jobs:
-        job.kill()
 
 
 @pytest.fixture(scope="session")
