@@ -35,7 +35,7 @@ def configure_storage_env(environ=os.environ) -> None:
     environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     environ.setdefault("FSSPEC_GS_TOKEN", "anon")
     fsspec = sys.modules.get("fsspec")
-    if fsspec is not None:  # fsspec reads FSSPEC_* variables once, at its import
+    if fsspec is not None and environ is os.environ:  # fsspec reads FSSPEC_* variables once, at its import
         fsspec.config.conf.setdefault("gs", {}).setdefault("token", environ["FSSPEC_GS_TOKEN"])
 
 

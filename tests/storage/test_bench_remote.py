@@ -17,4 +17,5 @@ def test_remote_data_bench_smoke(capsys):
     for side in ("local", "bucket"):
         assert result[side]["images"] == 24 and result[side]["images_per_s"] > 0
     assert result["bucket"]["files_fetched_timed"] > 0  # files kept being fetched while timed
-    assert result["bucket_requests"] > 0 and result["ratio"] > 0 and result["latency_ms"] == 20
+    assert result["bucket_requests"] > 0 and result["ratio"] > 0 and result["ratio_per_cpu_s"] > 0
+    assert result["latency_ms"] == 20

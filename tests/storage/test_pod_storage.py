@@ -25,12 +25,10 @@ from vit_jax.storage import remote
 pytestmark = pytest.mark.slow
 
 DEMO = f"--config={ROOT / 'configs' / 'demo.py'}"
-# The demo's schedule (40 epochs, 450 steps at batch 128) with a width-64, depth-2 model (95-96% on local disk, seeds
-# 0 and 1), evaluated once at the end, a checkpoint every 50 steps. Shorter schedules are too far from converged to
-# compare accuracies within a point (20 epochs: 94.4% locally, 90.8% streamed; just another order). The demo's own
-# model is not used because process 1 compiled its programs afresh in every run traced while process 0 read them
-# from JAX's persistent cache (which process 0 alone writes): on a loaded machine process 1 then reached the first
-# collective more than gloo's fixed 30 s after process 0.
+# The demo's schedule (40 epochs, 450 steps at batch 128) with a width-64, depth-2 model: 95-96% on local disk (seeds
+# 0 and 1) at a fraction of the demo model's cost; evaluated once at the end, a checkpoint every 50 steps. Shorter
+# schedules are too far from converged to compare accuracies within a point (20 epochs: 94.4% locally, 90.8%
+# streamed: just another order).
 SHORT = ["--config.eval.every_epochs=0", "--config.eval.fewshot.datasets=()", "--config.checkpoint.every_epochs=0",
          "--config.checkpoint.every_steps=50", "--config.log_every_steps=1", "--config.model.width=64",
          "--config.model.depth=2", "--config.model.mlp_dim=128", "--config.model.num_heads=2"]

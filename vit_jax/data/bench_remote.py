@@ -43,7 +43,8 @@ def _rate(ds, size: int, batch: int, steps: int, workers: int, window: int) -> d
         for _ in range(steps):
             next(it)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        out = {"images": steps * batch, "images_per_s": steps * batch / wall, "cpu_s": cpu}
+        out = {"images": steps * batch, "images_per_s": steps * batch / wall, "cpu_s": cpu,
+               "images_per_cpu_s": steps * batch / cpu}
         if spool:
             out.update(files_fetched_timed=spool.spool.files_fetched - fetched,
                        reader_wait_s=spool.spool.wait_s - waited)
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
               "steps": args.steps, "repeats": args.repeats, "bucket_requests": requests,
               "local": best["local"], "bucket": best["bucket"],
               "rounds_images_per_s": {s: [round(x["images_per_s"], 1) for x in r] for s, r in rounds.items()},
-              "ratio": best["bucket"]["images_per_s"] / best["local"]["images_per_s"]}
+              "ratio": best["bucket"]["images_per_s"] / best["local"]["images_per_s"],
+              "ratio_per_cpu_s": best["bucket"]["images_per_cpu_s"] / best["local"]["images_per_cpu_s"]}
     if args.json == "-":
         print(json.dumps(result, indent=1))
         return 0
@@ -130,11 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     env = result["environment"]
     print(f"machine: {env['cpu']} ({env['cores']} cores, load average {env['load_average_1min']}); best of "
           f"{args.repeats} rounds, batch {args.batch}, {args.workers} decode workers, {args.size} px")
-    print(f"local disk:                    {best['local']['images_per_s']:8.1f} images/s")
+    print(f"local disk:                    {best['local']['images_per_s']:8.1f} images/s "
+          f"{best['local']['images_per_cpu_s']:8.1f} images/cpu-s")
     print(f"bucket, {args.latency_ms:.0f} ms per request:     {best['bucket']['images_per_s']:8.1f} images/s "
+          f"{best['bucket']['images_per_cpu_s']:8.1f} images/cpu-s "
           f"({best['bucket']['files_fetched_timed']} files fetched while timed; decode threads waited "
           f"{best['bucket']['reader_wait_s']:.2f} s for them)")
-    print(f"ratio bucket / local: {result['ratio']:.2f}  ({requests} requests to the bucket)")
+    print(f"ratio bucket / local: {result['ratio']:.2f} (wall), {result['ratio_per_cpu_s']:.2f} (per CPU-second); "
+          f"{requests} requests to the bucket")
     return 0
 
 

@@ -63,3 +63,16 @@ def initialize(coordinator: str = "", num_processes: int = 0, process_id: int = 
 
         watchdog_lib.start(lost_after_s=heartbeat_timeout_s)
     return True
+
+
+def barrier(name: str, timeout_s: float) -> None:
+    """Waits until every process reaches `name`, through JAX's coordination service (no-op with one process).
+
+    Unlike multihost_utils.sync_global_devices this runs no device collective: it can precede a job's first
+    collective on a set of devices, whose gloo context every process must join within a fixed 30 s on CPU.
+    """
+    from jax._src import distributed  # the client JAX created; there is no public accessor
+
+    client = distributed.global_state.client
+    if client is not None and jax.process_count() > 1:
+        client.wait_at_barrier(name, int(timeout_s * 1000))

@@ -227,6 +227,11 @@ class Trainer:
         compiled = self.program.compile_train_step(spec)
         self.compile_time_s = time.time() - t
         log(f"compiled the train step in {self.compile_time_s:.1f}s")
+        # Processes other than 0 may compile what process 0 reads from the persistent cache (JAX writes it from
+        # process 0 only): meet before the first step's collective, which gloo gives only 30 s to join on CPU.
+        from vit_jax.parallel.distributed import barrier
+
+        barrier("vit_jax_train_step_compiled", self.config.distributed.initialization_timeout_s)
         return compiled
 
     def _check_finite(self, metrics, step: int, state_step: int, it) -> None:
