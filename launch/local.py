@@ -8,7 +8,8 @@ Appends `--config.distributed.coordinator=127.0.0.1:PORT --config.distributed.nu
 `[I] `, and forwards SIGTERM/SIGINT to all processes (the trainer then saves a checkpoint at the same step everywhere
 and exits 0; a second signal kills them). When a process fails, the others stop by themselves within about
 `distributed.heartbeat_timeout_s` (see vit_jax/parallel/watchdog.py); any still running after `--grace` seconds are
-killed. Exit status: 0 when every process exited 0, otherwise the first failure's (128+N for signal N).
+killed. Exit status: 0 when every process exited 0, otherwise the root cause's (128+N for signal N): the first
+failure that is not a survivor's lost-peer exit 75.
 
 Standard library only, so it runs under any python3. A relative --workdir is made absolute (Orbax refuses relative
 paths in multi-process jobs).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -25,6 +27,11 @@ import sys
 import threading
 import time
 from typing import IO, Sequence
+
+
+# vit_jax.parallel.watchdog.LOST_PEER_EXIT_CODE (this launcher imports nothing of vit_jax): the exit status of a
+# healthy process that stopped because another one failed or was lost.
+LOST_PEER_EXIT_CODE = 75
 
 
 def free_port() -> int:
@@ -131,36 +138,54 @@ class LocalJob:
             self.say("second signal: killing every process")
             self.signal_all(signal.SIGKILL)
 
+    def _watch(self, i: int, p: subprocess.Popen, exits: "queue.Queue[tuple[float, int, int]]") -> None:
+        code = p.wait()
+        exits.put((time.monotonic(), i, code))
+
     def wait(self) -> int:
-        """Waits for every process; returns 0 or the first failure's exit status."""
+        """Waits for every process; returns 0 or the root cause's exit status (see `root_cause`)."""
+        exits: queue.Queue[tuple[float, int, int]] = queue.Queue()
+        for i, p in enumerate(self.procs):  # one waiter each: exits are timed when they happen, not when polled
+            threading.Thread(target=self._watch, args=(i, p, exits), daemon=True).start()
         codes: dict[int, int] = {}
-        first_failure: tuple[int, float] | None = None
+        failures: list[tuple[float, int, int]] = []
+        deadline = float("inf")
         while len(codes) < len(self.procs):
-            for i, p in enumerate(self.procs):
-                if i in codes or p.poll() is None:
-                    continue
-                codes[i] = p.returncode
-                if p.returncode == 0:
-                    self.say(f"process {i} exited with code 0")
-                    continue
-                if first_failure is None:
-                    first_failure = (i, time.monotonic())
-                    self.say(f"process {i} {exit_description(p.returncode)}; waiting up to {self.grace_s:.0f}s for "
-                             "the others to stop")
-                else:
-                    dt = time.monotonic() - first_failure[1]
-                    self.say(f"process {i} {exit_description(p.returncode)} ({dt:.1f}s after the first failure)")
-            if first_failure and len(codes) < len(self.procs) and time.monotonic() - first_failure[1] > self.grace_s:
-                self.say(f"killing the processes still running after {self.grace_s:.0f}s")
-                self.signal_all(signal.SIGKILL)
-                self.grace_s = float("inf")
-            time.sleep(0.1)
+            try:
+                when, i, code = exits.get(timeout=0.2)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    self.say(f"killing the processes still running after {self.grace_s:.0f}s")
+                    self.signal_all(signal.SIGKILL)
+                    deadline = float("inf")
+                continue
+            codes[i] = code
+            if code == 0:
+                self.say(f"process {i} exited with code 0")
+            elif not failures:
+                self.say(f"process {i} {exit_description(code)}; waiting up to {self.grace_s:.0f}s for the others "
+                         "to stop")
+                deadline = when + self.grace_s
+            else:
+                self.say(f"process {i} {exit_description(code)} ({when - failures[0][0]:.1f}s after the first failure)")
+            if code:
+                failures.append((when, i, code))
         for t in self._readers:
             t.join(timeout=5)
-        if first_failure is None:
+        if not failures:
             return 0
-        code = codes[first_failure[0]]
+        _, i, code = root_cause(failures)
+        if len(failures) > 1:
+            self.say(f"root cause: process {i} ({exit_description(code)})")
         return 128 - code if code < 0 else code
+
+
+def root_cause(failures: list[tuple[float, int, int]]) -> tuple[float, int, int]:
+    """The failure that stopped the job, from (time, process, code) of every non-zero exit: the earliest one that
+    is not a survivor's LOST_PEER_EXIT_CODE (a process that exits 75 saw another one fail first, whatever the order
+    its exit was noticed in on a loaded machine); the earliest of all if every process exited 75."""
+    causes = sorted(f for f in failures if f[2] != LOST_PEER_EXIT_CODE)
+    return causes[0] if causes else min(failures)
 
 
 def run(command: Sequence[str], num_processes: int, **kw) -> int:

@@ -4,6 +4,7 @@ import importlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from vit_jax import cli
@@ -30,3 +31,23 @@ def test_subcommand_help_runs(name):
 def test_unknown_command_suggests_the_closest(capsys):
     assert cli.main(["plna"]) == 2
     assert "did you mean 'plan'" in capsys.readouterr().err
+
+
+def test_unreadable_checkpoints_are_one_line_errors_with_exit_2(tmp_path, capsys, monkeypatch):
+    pickled = tmp_path / "pickled.npz"
+    np.savez(pickled, params=np.array([{"a": 1}], dtype=object))  # an object array: loading it would unpickle
+    truncated = tmp_path / "truncated.npz"
+    np.savez(truncated, x=np.zeros(1000))
+    truncated.write_bytes(truncated.read_bytes()[:300])
+    cases = {
+        pickled: "holds pickled Python objects, which vit_jax never loads",
+        truncated: "is not a readable .npz of arrays",
+        tmp_path / "missing.npz": "does not exist",
+    }
+    for path, message in cases.items():
+        assert cli.main(["convert", str(path), str(tmp_path / "out.npz"), "--to", "official"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"vit-jax convert: error: ") and message in err[0], err
+    monkeypatch.setenv("VIT_JAX_DEBUG", "1")
+    assert cli.main(["convert", str(pickled), str(tmp_path / "out.npz"), "--to", "official"]) == 2
+    assert "Traceback" in capsys.readouterr().err

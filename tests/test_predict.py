@@ -1,4 +1,8 @@
-"""`vit-jax predict`: a run checkpoint's recorded eval preprocessing on image files, and --image-size."""
+"""`vit-jax predict`: a run checkpoint's recorded eval preprocessing on image files, --image-size, and unreadable
+files (skipped and counted, or refused with --strict)."""
+
+import io
+import json
 
 import jax
 import numpy as np
@@ -81,3 +85,42 @@ def test_predict_image_size_for_checkpoints_that_do_not_record_it(tmp_path, caps
     assert cli.main(["predict", "--checkpoint", str(GOLDEN / "tiny_token.npz"), "--images", str(folder),
                      "--output", str(out), "--image-size", "48"]) == 2
     assert "records image size 32x32" in capsys.readouterr().err
+
+
+def test_unreadable_files_in_a_folder_are_skipped_named_and_counted_or_refused_with_strict(tmp_path, capsys,
+                                                                                         monkeypatch):
+    cfg = vit_config(width=64, depth=1, mlp_dim=128, num_heads=4, image_size=32, patch_size=8, num_classes=3)
+    ckpt = tmp_path / "model.npz"
+    save_npz_params(str(ckpt), _params(cfg), cfg)
+    folder = _image_folder(tmp_path / "images")
+    (folder / "notes.jpg").write_text("this is a text file named .jpg")
+    (folder / "empty.jpg").write_bytes(b"")
+    Image.new("1", (13000, 13000)).save(folder / "bomb.png")  # a few KB on disk, 169M pixels decoded
+    monkeypatch.setenv("VIT_JAX_MAX_IMAGE_PIXELS", "100000000")
+    out = tmp_path / "logits.npy"
+    base = ["predict", "--checkpoint", str(ckpt), "--images", str(folder), "--output", str(out)]
+    assert cli.main(base) == 0
+    captured = capsys.readouterr()
+    assert np.load(out).shape == (3, 3) and "skipped 3 unreadable file(s)" in captured.out
+    record = json.loads((tmp_path / "logits.npy.json").read_text())
+    assert record["files"] == ["im0.png", "im1.jpg", "im2.png"]
+    assert set(record["skipped"]) == {"notes.jpg", "empty.jpg", "bomb.png"}
+    assert record["skipped"]["empty.jpg"] == "empty file (0 bytes)"
+    assert "13000x13000 pixels is over the pixel budget" in record["skipped"]["bomb.png"]
+    assert sorted(line.split(":")[0] for line in captured.err.splitlines()) == [
+        "skipped bomb.png", "skipped empty.jpg", "skipped notes.jpg"]
+    assert cli.main([*base, "--strict"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vit-jax predict: error: {folder / 'bomb.png'}: "), err
+
+
+def test_sixteen_bit_images_are_rescaled_not_clipped():
+    from vit_jax.data.decode import decode_rgb
+
+    ramp = (np.arange(1024, dtype=np.uint16) * 64).reshape(32, 32)  # 1,024 levels over the 16-bit range
+    buf = io.BytesIO()
+    Image.fromarray(ramp).save(buf, "PNG")
+    pixels = decode_rgb(buf.getvalue())
+    assert pixels.dtype == np.uint8 and pixels.shape == (32, 32, 3)
+    np.testing.assert_array_equal(pixels[..., 0], np.rint(ramp / 257.0).astype(np.uint8))
+    assert len(np.unique(pixels)) == 256  # 8 bits' worth of levels survive (clipping left 6)

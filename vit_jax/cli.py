@@ -29,14 +29,21 @@ def register(name: str, module: str, help_text: str) -> None:
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: vit-jax COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: vit-jax [--debug] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name:<{width}}  {help_text}" for name, (_, help_text) in sorted(COMMANDS.items())]
     lines += ["", "`vit-jax COMMAND --help` describes a command's arguments."]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--debug":  # tracebacks for user errors too (same as VIT_JAX_DEBUG=1)
+        import os
+
+        from vit_jax.errors import DEBUG_ENV
+
+        os.environ[DEBUG_ENV] = "1"
+        argv = argv[1:]
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -48,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         print(f"vit-jax: unknown command '{name}'{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
+    from vit_jax.errors import run_reporting
+
     module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main([f"vit-jax {name}", *rest] if name == "train" else rest) or 0)
+    return run_reporting(lambda: module.main([f"vit-jax {name}", *rest] if name == "train" else rest),
+                         f"vit-jax {name}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 
 from absl import app, flags
@@ -31,9 +32,9 @@ def check_override_keys(argv: list[str]) -> None:
 
 def _main(argv: list[str]) -> None:
     del argv
-    from vit_jax.train.config import ConfigError
-
     from absl import logging
+
+    from vit_jax.errors import UserError, report
 
     if not FLAGS["verbosity"].present:  # Orbax and friends log every file operation at INFO
         logging.set_verbosity(logging.WARNING)
@@ -49,23 +50,17 @@ def _main(argv: list[str]) -> None:
     d = config.distributed
     initialize(d.coordinator, d.num_processes, d.process_id, d.heartbeat_timeout_s, d.initialization_timeout_s)
     hide_accelerators_from_tensorflow()
-    from vit_jax.data.datasets import DataNotFoundError
-    from vit_jax.storage.remote import StorageError
     from vit_jax.train.trainer import Trainer
 
     try:
         result = Trainer(config, workdir).train()
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except (StorageError, DataNotFoundError) as e:  # a bucket or dataset problem: the path and cause, one line
+    except UserError as e:
         from vit_jax.parallel import watchdog
 
-        watchdog.fail_fast(e)  # multi-process: tells the other processes and exits; returns with one process
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
-    if result.get("status") == "preempted":
-        sys.exit(0)
+        watchdog.fail_fast(e)  # a multi-process job: every process stops, naming this one (never returns there)
+        sys.exit(report(e, "vit-jax train"))
+    if result.get("status") == "preempted":  # saved: 0 after SIGTERM (preemption), 130 after Ctrl-C, as shells do
+        sys.exit(128 + signal.SIGINT if result.get("signal") == signal.SIGINT else 0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,10 @@
 
 IMAGES is an `.npy`, or an `.npz` with key `images`, of model-ready NHWC float images (no preprocessing applied), or a
 folder of image files, which get the checkpoint's evaluation preprocessing: the one recorded in our training
-checkpoints, otherwise the official models' (resize to the model resolution, values to [-1, 1]).
+checkpoints, otherwise the official models' (resize to the model resolution, values to [-1, 1]). A file of the
+folder that cannot be read or decoded (not an image, empty, over the pixel budget) is skipped with its name and
+reason, and counted; `--strict` makes it an error. For a folder, OUTPUT.json lists the file of each logits row and
+the skipped files with their reasons.
 
 --image-size is for checkpoints that do not record their resolution (fixed sin-cos posemb, non-square patch grid);
 with an array of images it defaults to the images' own height and width.
@@ -11,6 +14,7 @@ with an array of images it defaults to the images' own height and width.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -19,34 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.checkpoints.convert import describe, load_with_size, parse_size
+from vit_jax.data.image_files import default_eval_pp, read_image_folder
 from vit_jax.models.vit import FunctionalViT
-
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
-
-
-def load_image_folder(folder: str, size: tuple[int, int], pp: str | None = None) -> tuple[np.ndarray, list[str]]:
-    """Reads every image file of `folder` (sorted by name) and applies the evaluation preprocessing."""
-    names = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS))
-    if not names:
-        raise FileNotFoundError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) in {folder}")
-    if pp:
-        from vit_jax.data import pp as pp_lib
-
-        fn = pp_lib.build(pp_lib.strip_label_ops(pp))  # image files have no labels, and logits need none
-        images = []
-        for name in names:
-            with open(os.path.join(folder, name), "rb") as f:
-                images.append(fn({"image": f.read()}, np.random.default_rng(0))["image"])
-        return np.stack(images).astype(np.float32), names
-    from PIL import Image
-
-    images = []
-    for name in names:
-        with Image.open(os.path.join(folder, name)) as im:
-            im = im.convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
-            images.append(np.asarray(im, np.float32) / 127.5 - 1.0)
-    return np.stack(images), names
-
 
 def load_image_array(path: str) -> np.ndarray:
     if path.endswith(".npz"):
@@ -81,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", required=True, help="where to write the logits (.npy)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--top-k", type=int, default=0, help="also print the top-k classes of each image")
+    ap.add_argument("--strict", action="store_true", help="an unreadable image file is an error (default: skipped)")
     ap.add_argument("--image-size", type=parse_size,
                     help="model resolution, e.g. 224 or 384x512, for checkpoints that do not record it (default for "
                          ".npy/.npz images: their own size)")
@@ -95,9 +74,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg, params = loaded
     print(f"checkpoint {args.checkpoint}: {describe(cfg)}")
+    skipped: dict[str, str] | None = None
     if images is None:
-        pp = _recorded_eval_pp(args.checkpoint)
-        images, names = load_image_folder(args.images, cfg.image_size, pp)
+        folder = read_image_folder(args.images, _recorded_eval_pp(args.checkpoint) or default_eval_pp(cfg.image_size),
+                                   strict=args.strict)
+        images, names, skipped = folder.images, folder.names, folder.skipped
+        for name, why in skipped.items():
+            print(f"skipped {name}: {why}", file=sys.stderr)
     else:
         names = [str(i) for i in range(len(images))]
     if tuple(images.shape[1:3]) != tuple(cfg.image_size):
@@ -107,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logits = predict(params, cfg, images, args.batch_size)
     np.save(args.output, logits)
-    print(f"wrote {args.output}: logits {logits.shape}")
+    counted = f"; skipped {len(skipped)} unreadable file(s)" if skipped else ""
+    print(f"wrote {args.output}: logits {logits.shape}{counted}")
+    if skipped is not None:
+        with open(args.output + ".json", "w") as f:
+            json.dump({"files": names, "skipped": skipped}, f, indent=1)
     if args.top_k:
         for name, row in zip(names, logits):
             top = np.argsort(-row)[:args.top_k]

@@ -10,18 +10,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _smoke(out, target: str = ""):
+    env = {"PYTHON": sys.executable, "PATH": "/usr/bin:/bin", **({"SMOKE_TARGET_MFU": target} if target else {})}
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--cpu-smoke", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
 def test_gpu_check_cpu_smoke(tmp_path):
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--cpu-smoke", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, env={"PYTHON": sys.executable,
-                                                                             "PATH": "/usr/bin:/bin"})
+    proc = _smoke(tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "gpu_check_summary.json").read_text())
     (row,) = summary["results"]
     assert row["ran"] and row["device"] == "cpu" and row["pass"] and summary["all_pass"]
+    assert 0 < row["target_mfu"] <= row["mfu"]
     bench = json.loads((tmp_path / "gpu_Ti16.json").read_text())
     assert bench["benchmark"] == "train" and bench["args"]["batch"] == row["batch"] == 4
     assert row["mfu"] == bench["throughput"]["mfu"] > 0
     assert "MFU" in proc.stdout
+    # A measurement below its target is reported as such (here: an MFU no machine reaches).
+    proc = _smoke(tmp_path / "high", target="5.0")
+    summary = json.loads((tmp_path / "high" / "gpu_check_summary.json").read_text())
+    assert not summary["results"][0]["pass"] and not summary["all_pass"]
+    assert "below target" in proc.stdout
 
 
 def test_gpu_check_without_a_gpu_says_so(tmp_path):

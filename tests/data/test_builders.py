@@ -156,6 +156,34 @@ def test_imagenet21k_fall11_from_outer_tar(tmp_path, gen):
     assert {f"{chosen[2]}/{n}" for n in held} <= val_ids
 
 
+def test_imagenet21k_archive_links_and_escaping_names_are_counted_not_stored(tmp_path, gen):
+    synset = imagenet21k.fall11_synsets()[7]
+    good = gen.imagenet_synsets(1, 6, synsets=[synset])[synset]
+    buf = io.BytesIO(gen.synset_tar_bytes(good))
+    with tarfile.open(fileobj=buf, mode="a:") as tar:  # the regular files, then the members that are not
+        first = next(iter(good))
+        for name, kind in ((f"{synset}_sym.JPEG", tarfile.SYMTYPE), (f"{synset}_hard.JPEG", tarfile.LNKTYPE)):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, first
+            tar.addfile(info)
+        for name in ("../escape.JPEG", "/abs/escape.JPEG"):  # would land outside the folder if extracted
+            info = tarfile.TarInfo(name)
+            info.size = len(good[first])
+            tar.addfile(info, io.BytesIO(good[first]))
+        fifo = tarfile.TarInfo(f"{synset}_pipe.JPEG")
+        fifo.type = tarfile.FIFOTYPE
+        tar.addfile(fifo)
+    manual = tmp_path / "manual"
+    manual.mkdir()
+    gen.write_tar(manual / imagenet21k.ARCHIVES["fall11"], {f"{synset}.tar": buf.getvalue()})
+    ds = datasets.open_dataset("imagenet21k", data_dir=str(tmp_path / "tfds"), manual_dir=str(manual))
+    assert ds.num_examples("train") + ds.num_examples("validation") == 6
+    report = json.loads((Path(ds.builder.data_dir) / "build_report.json").read_text())
+    assert report["counts"] == {"kept": 6, "skipped_symlink": 1, "skipped_hardlink": 1, "skipped_unsafe_path": 2,
+                                "skipped_not_a_file": 1}
+    assert report["files"]["skipped_unsafe_path"] == [f"{synset}/escape.JPEG", f"{synset}/escape.JPEG"]
+
+
 def test_imagenet21k_staging_holds_no_train_jpeg_bytes(tmp_path, gen, deleted_staging):
     synsets = imagenet21k.fall11_synsets()[:3]
     files = {s: {f"{s}_{k}.JPEG": gen.encode(gen.photo(128, 160, seed=i * 100 + k)) for k in range(60)}

@@ -58,3 +58,14 @@ def test_sigterm_is_forwarded_once_to_every_process(tmp_path, start_job):
     job.proc.send_signal(signal.SIGTERM)
     assert job.finish(60) == 0, job.tail()
     assert "[0] got SIGTERM, saving" in job.lines and "[1] got SIGTERM, saving" in job.lines
+
+
+def test_the_root_cause_is_the_first_failure_that_is_not_a_survivors_lost_peer_exit():
+    from launch import local
+
+    lost = local.LOST_PEER_EXIT_CODE
+    # Two exits noticed in one poll on a loaded machine: the survivor's 75 may be timed first; it is never the cause.
+    assert local.root_cause([(10.00, 0, lost), (10.01, 1, 1)]) == (10.01, 1, 1)
+    assert local.root_cause([(10.0, 1, -9), (12.0, 0, lost)]) == (10.0, 1, -9)  # a SIGKILLed process
+    assert local.root_cause([(9.0, 2, 3), (10.0, 1, 1)]) == (9.0, 2, 3)  # otherwise by time
+    assert local.root_cause([(11.0, 1, lost), (10.0, 0, lost)]) == (10.0, 0, lost)  # only survivors: the first

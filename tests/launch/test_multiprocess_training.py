@@ -60,7 +60,7 @@ def test_sigterm_saves_at_one_step_everywhere_exits_0_and_resumes_exactly(uninte
     job.proc.send_signal(signal.SIGTERM)  # the launcher forwards it to both processes, as a scheduler would
     assert job.finish() == 0, job.tail()
 
-    synced = {int(p): int(s) for p, s in re.findall(r"^\[(\d)\].*Reached preemption sync point, step=(\d+)",
+    synced = {int(p): int(s) for p, s in re.findall(r"^\[\d\] process (\d): stopping at step (\d+) to save",
                                                     job.output, re.M)}
     assert set(synced) == {0, 1} and len(set(synced.values())) == 1, synced
     stop = synced[0]

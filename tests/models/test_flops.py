@@ -21,8 +21,7 @@ def _table6():
 
 def test_b16_forward_flops():
     f = vit_flops(vit_config("B/16", num_classes=0, image_size=224))
-    assert f.forward == pytest.approx(35.1e9, rel=0.005)
-    assert f.train == 3 * f.forward
+    assert f.forward == pytest.approx(35.1e9, rel=0.005)  # the README's number
 
 
 # ResNet50x2 is the paper's pure-CNN baseline in the same table; it is not a ViT, so it has no row here.
@@ -31,20 +30,26 @@ def test_reproduces_paper_table6_exaflops(row):
     variant = row["model"].replace("ViT-", "")
     cfg = vit_config(variant, num_classes=0, image_size=224)
     exaflops = vit_flops(cfg).train * JFT_IMAGES * int(row["epochs"]) / 1e18
-    assert exaflops == pytest.approx(float(row["pretrain_exaflops"]), rel=0.02)
+    assert exaflops == pytest.approx(float(row["pretrain_exaflops"]), rel=0.013)  # the README says within 1.3%
 
 
 @pytest.mark.parametrize("variant,kw", [
     ("Ti/16", {}),
     ("S/16", dict(image_size=96, pool="map", rep_size=128)),
-    ("R26+S/32", dict(image_size=64, pool="gap")),
+    # The hybrid at the resolution it is used at (at 64 px the 2x2 maps of the last stage make XLA skip most
+    # padded 3x3 taps); two Transformer blocks keep the compile short, the stem is what this case is about.
+    ("R26+S/32", dict(pool="gap", depth=2)),
 ])
-def test_matches_xla_cost_analysis(variant, kw):
+def test_matches_xla_cost_analysis_within_2_percent(variant, kw):
     cfg = vit_config(variant, num_classes=1000, **{"image_size": 224, **kw})
     f = FunctionalViT(cfg)
-    batch = 2
-    compiled = jax.jit(lambda p, x: f.apply(p, x)[0]).lower(
-        f.shapes, jax.ShapeDtypeStruct((batch, *cfg.image_size, 3), jnp.float32)).compile()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    assert cost["flops"] / batch == pytest.approx(vit_flops(cfg).forward, rel=0.10)
+
+    def xla_flops(batch):
+        compiled = jax.jit(lambda p, x: f.apply(p, x)[0]).lower(
+            f.shapes, jax.ShapeDtypeStruct((batch, *cfg.image_size, 3), jnp.float32)).compile()
+        cost = compiled.cost_analysis()
+        return (cost[0] if isinstance(cost, list) else cost)["flops"]
+
+    # Per image = what one more image costs: work done once per batch (the hybrid's weight standardisation of its
+    # kernels) is not per-image compute.
+    assert xla_flops(2) - xla_flops(1) == pytest.approx(vit_flops(cfg).forward, rel=0.02)  # the README says 2%

@@ -155,10 +155,28 @@ def test_dropout_and_drop_path_are_keyed_and_off_in_eval(tiny):
         f.apply(params, x, train=True)
 
 
-def test_drop_path_rates_increase_linearly():
+def test_drop_path_rates_increase_linearly_over_the_blocks(monkeypatch):
+    # The layer drops a fraction `rate` of the examples ...
     x = jnp.ones((4000, 1))
     kept = [float((L.drop_path(x, r, jax.random.key(0)) != 0).mean()) for r in (0.0, 0.1, 0.5)]
     assert kept[0] == 1.0 and abs(kept[1] - 0.9) < 0.03 and abs(kept[2] - 0.5) < 0.03
+    # ... and block i of a depth-d model gets drop_path * i / (d - 1): 0 for the first block, the full rate last.
+    seen = []
+    real = L.drop_path
+
+    def record(y, rate, key):
+        seen.append(rate)
+        return real(y, rate, key)
+
+    monkeypatch.setattr(L, "drop_path", record)
+    cfg = vit_config(width=32, depth=5, mlp_dim=64, num_heads=2, patch_size=8, image_size=16, num_classes=3,
+                     drop_path=0.4)
+    f = FunctionalViT(cfg)
+    params = f.init(jax.random.key(0))
+    out = f.apply(params, jnp.ones((2, 16, 16, 3)), train=True, rng=jax.random.key(1))[0]
+    assert out.shape == (2, 3)
+    per_block = [float(r) for r in jnp.stack(seen[::2])]  # two residual branches per block share the rate
+    np.testing.assert_allclose(per_block, [0.0, 0.1, 0.2, 0.3, 0.4], atol=1e-7)
 
 
 def test_bf16_compute_keeps_fp32_params(tiny):

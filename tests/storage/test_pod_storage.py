@@ -93,9 +93,9 @@ def reference_runs(gcs, bucket_data, digits_data_dir, tmp_path_factory):
 def test_a_bucket_that_is_down_is_one_line_naming_the_path_before_compiling(reference_runs, gcs):
     code, job = reference_runs["down"]
     assert code == 1, job.tail()
-    errors = [line for line in job.lines if line.startswith("error:")]
-    assert errors == [f"error: workdir {gcs.bucket}/runs/down: reading {gcs.bucket} failed: HTTP 503: injected by "
-                      "FaultProxy (after the storage client's retries)"], job.tail()
+    errors = [line for line in job.lines if "error:" in line]
+    assert errors == [f"vit-jax train: error: workdir {gcs.bucket}/runs/down: reading {gcs.bucket} failed: HTTP 503: "
+                      "injected by FaultProxy (after the storage client's retries)"], job.tail()
     assert "Traceback" not in job.output and "compiled the train step" not in job.output
 
 

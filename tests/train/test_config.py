@@ -12,8 +12,14 @@ def _valid():
     return c
 
 
-def test_default_config_with_a_length_is_valid():
-    validate(_valid())
+def test_a_config_needs_exactly_one_training_length():
+    validate(_valid())  # the defaults plus a length are valid
+    with pytest.raises(ConfigError, match="set exactly one of total_steps, total_epochs, total_examples .got none"):
+        validate(default_config())
+    c = _valid()
+    c.total_epochs = 3.0
+    with pytest.raises(ConfigError, match="got total_steps, total_epochs"):
+        validate(c)
 
 
 def test_unknown_key_names_the_closest_valid_key():

@@ -62,6 +62,21 @@ def test_sigterm_saves_exits_cleanly_and_resume_is_bit_identical(tmp_path, digit
     jax.tree.map(np.testing.assert_array_equal, pa, pb)  # bit-identical final parameters
 
 
+def test_ctrl_c_saves_then_exits_130_and_the_rerun_resumes(tmp_path, digits_data_dir):
+    workdir = str(tmp_path)
+    cmd = train_command(workdir, digits_data_dir, f"--config.total_steps={STEPS}")
+    proc = subprocess.Popen(cmd, env=env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for_step(workdir, 5, proc)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal sends
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output[-3000:]  # interrupted (128 + SIGINT), yet saved:
+    stopped_at = int(output.split("preempted: saved checkpoint at step ")[1].split(";")[0])
+    assert "received signal 2" in output and 5 <= stopped_at < STEPS
+    assert str(stopped_at) in os.listdir(os.path.join(workdir, "checkpoints"))
+    resumed = run(cmd)
+    assert resumed.returncode == 0 and f"(step {stopped_at})" in resumed.stdout, resumed.stderr[-3000:]
+
+
 SLOW_FINALIZE = """
 import asyncio, os, sys, time
 from orbax.checkpoint._src.path import atomicity
@@ -122,3 +137,19 @@ def test_config_mistakes_are_one_line_errors(tmp_path, digits_data_dir):
     out = run([*train_command(str(tmp_path), digits_data_dir)[:3], f"--config={config}", f"--workdir={tmp_path}"])
     assert out.returncode == 2
     assert "did you mean 'optimizer.weight_decay'?" in out.stderr
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--config.model.variant=B/17x", "vit-jax train: error: unknown ViT variant 'B/17x': expected e.g. 'Ti/16'"),
+    ("--config.data.name=no_such_dataset", "vit-jax train: error: unknown dataset 'no_such_dataset': "),
+    ("--config.init.checkpoint=/nowhere/ViT-B_16.npz", "vit-jax train: error: checkpoint /nowhere/ViT-B_16.npz does "
+                                                        "not exist"),
+])
+def test_user_input_errors_are_one_line_exit_2_without_traceback(tmp_path, digits_data_dir, flag, message):
+    out = run(train_command(str(tmp_path / "run"), digits_data_dir, "--config.total_steps=2", flag))
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(message), out.stderr[-2000:]
+    debug = subprocess.run(train_command(str(tmp_path / "run"), digits_data_dir, "--config.total_steps=2", flag),
+                           env={**env(), "VIT_JAX_DEBUG": "1"}, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert debug.returncode == 2 and "Traceback" in debug.stderr  # the traceback is there when asked for

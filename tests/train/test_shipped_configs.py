@@ -5,6 +5,7 @@ import importlib.util
 import pytest
 
 from tests.train.helpers import ROOT
+from vit_jax.models.config import vit_config
 from vit_jax.train.config import ConfigError, model_config, validate
 
 
@@ -23,6 +24,8 @@ def load(name):
     ("finetune", "dataset=imagenet2012,init=x.npz", dict(batch_size=512, total_steps=20_000)),
     ("finetune", "dataset=cifar10", dict(total_steps=10_000)),
     ("finetune", "dataset=oxford_flowers102,lr=0.003", dict(total_steps=500)),
+    ("finetune", "dataset=digits,steps=50,resolution=32", dict(total_steps=50)),
+    ("finetune", "dataset=folder:/photos,variant=B/16", dict(total_steps=500)),
     ("vit_i1k", "variant=B/16,preset=paper", dict(batch_size=4096, total_epochs=300.0)),
     ("vit_i1k", "preset=beyer2022", dict(batch_size=1024, total_epochs=90.0)),
 ])
@@ -31,7 +34,8 @@ def test_configs_validate(name, arg, expect):
     validate(c)
     for k, v in expect.items():
         assert c[k] == v, k
-    model_config(c, num_classes=10)  # the model it describes can be built
+    # The model it describes can be built (fine-tuning configs without a variant take it from init.checkpoint).
+    model_config(c, num_classes=10, architecture=None if c.model.variant or name != "finetune" else vit_config("B/16"))
 
 
 def test_paper_recipes():
@@ -51,5 +55,7 @@ def test_paper_recipes():
 def test_bad_config_arguments():
     with pytest.raises(ConfigError, match="did you mean 'variant'"):
         load("vit_i21k").get_config("varient=B/16")
-    with pytest.raises(ValueError, match="dataset=mnist"):
-        load("finetune").get_config("dataset=mnist")
+    with pytest.raises(ConfigError, match="unknown config argument 'resolutoin'; did you mean 'resolution'"):
+        load("finetune").get_config("dataset=cifar10,resolutoin=224")
+    with pytest.raises(ConfigError, match="model.variant is empty"):  # no variant, no sizes, no init to take it from
+        model_config(load("finetune").get_config("dataset=cifar10"), num_classes=10)

@@ -1,19 +1,26 @@
 """End-to-end trainer runs in-process (8 simulated devices): outputs, evaluation counts, restore onto other device
 counts, the NaN guard, and fine-tuning from an official checkpoint at a higher resolution."""
 
+import importlib.util
 import json
 import os
+import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from tests.conftest import GOLDEN
-from tests.train.helpers import demo_config
+from tests.train.helpers import ROOT, demo_config
 from vit_jax.checkpoints.loading import load_any
 from vit_jax.checkpoints.npz import load_npz_params
 from vit_jax.checkpoints.training import RunCheckpointer
+from vit_jax.models.config import vit_config
+from vit_jax.models.vit import FunctionalViT
+from vit_jax.train.optimizer import make_optimizer, make_schedule
 from vit_jax.train.program import build_program
+from vit_jax.train.step import init_state, make_train_step
 from vit_jax.train.trainer import NonFiniteError, Trainer
 
 
@@ -63,6 +70,30 @@ def test_checkpoint_is_self_describing_and_loads_anywhere(finished_run):
     assert meta["config"]["batch_size"] == 32 and meta["version"]
 
 
+def test_restore_onto_an_fsdp_and_tensor_mesh_then_continue_training(finished_run, tmp_path):
+    # The 12-step run (data 2 x fsdp 4) continued to step 16 on its own mesh and on fsdp 2 x tensor 4: the
+    # parameters land on the new shardings and training goes on to the same losses.
+    workdir, c, _ = finished_run
+    runs = {}
+    for name, mesh in (("same", (2, 4, 1)), ("tensor", (1, 2, 4))):
+        shutil.copytree(workdir, tmp_path / name)
+        c2 = c.copy_and_resolve_references()
+        c2.total_steps = 16
+        c2.mesh.data, c2.mesh.fsdp, c2.mesh.tensor = mesh
+        c2.eval.fewshot.datasets = ()
+        t = Trainer(c2, str(tmp_path / name))
+        assert t.start_step == 12
+        if name == "tensor":
+            spec = t.state["params"]["encoder"]["blocks"]["mlp"]["fc1"]["kernel"].sharding.spec
+            assert "tensor" in str(spec) and "fsdp" in str(spec), spec
+        t.train()
+        rows = [json.loads(line) for line in open(tmp_path / name / "metrics.jsonl")]
+        runs[name] = {r["step"]: r["train/loss"] for r in rows if "train/loss" in r and r["step"] > 12}
+    assert sorted(runs["same"]) == [13, 14, 15, 16]
+    for step, loss in runs["same"].items():
+        assert runs["tensor"][step] == pytest.approx(loss, rel=1e-4, abs=1e-5)
+
+
 @pytest.mark.parametrize("n_devices", [1, 4])
 def test_restore_onto_a_different_number_of_devices(finished_run, n_devices):
     workdir, c, _ = finished_run
@@ -85,21 +116,50 @@ def test_restore_onto_a_different_number_of_devices(finished_run, n_devices):
     saved.close()
 
 
-def test_nan_guard_stops_after_k_consecutive_bad_steps(tmp_path, digits_data_dir):
-    # An absurd learning rate: the first update puts the weights near float32's limit, every later loss overflows.
+def test_nan_guard_stops_after_k_consecutive_bad_steps_and_saves_a_finite_state(tmp_path, digits_data_dir):
+    # An absurd learning rate: every update overflows the parameters (or their norm) to inf. Such updates are
+    # rejected, not only non-finite losses and gradients, so the state saved at the stop is the last good one.
     c = demo_config(digits_data_dir, **{"optimizer.lr": 1e37, "optimizer.warmup_steps": 0, "nan_guard.max_consecutive": 3,
                                         "total_steps": 20, "optimizer.grad_clip_norm": 0.0})
-    with pytest.raises(NonFiniteError, match="3 consecutive steps had a non-finite loss"):
+    with pytest.raises(NonFiniteError, match="3 consecutive steps had a non-finite loss, gradient, update or param"):
         Trainer(c, str(tmp_path)).train()
+    rows = [json.loads(line) for line in open(os.path.join(str(tmp_path), "metrics.jsonl"))]
+    assert rows and all(np.isfinite(r["train/param_norm"]) for r in rows if "train/param_norm" in r)
     ckpt = RunCheckpointer(os.path.join(str(tmp_path), "checkpoints"))
     latest = ckpt.latest_step()
     assert latest is not None and latest < 20
     ckpt.close()
     # The checkpoint of the last good state is labelled with the step its state and data iterator are at, so a
-    # rerun (say with a lower lr) resumes consistently.
+    # rerun (say with a lower lr) resumes consistently; its parameters are the initial ones (no update was good).
     resumed = Trainer(c, str(tmp_path))
     assert resumed.start_step == latest == int(resumed.state["step"])
+    params = jax.device_get(resumed.state["params"])
+    fresh = jax.device_get(resumed.program.init_state(c.seed)["params"])
+    jax.tree.map(np.testing.assert_array_equal, params, fresh)
     resumed.ckpt.close()
+
+
+def test_loss_spike_guard_skips_a_step_whose_loss_jumps(tmp_path, digits_data_dir):
+    model = FunctionalViT(vit_config(width=32, depth=1, mlp_dim=64, num_heads=2, patch_size=8, image_size=16,
+                                     num_classes=4))
+    opt = demo_config(digits_data_dir).optimizer
+    schedule = make_schedule(opt, 10, 0)
+    tx = make_optimizer(opt, schedule, model.shapes)
+    step = jax.jit(make_train_step(model, tx, schedule, loss_spike_factor=2.0))
+    state = init_state(model.init(jax.random.key(0)), tx, jax.random.key_data(jax.random.key(1)), True)
+    rng = np.random.default_rng(0)
+    batch = {"image": jnp.asarray(rng.uniform(-1, 1, (8, 16, 16, 3)), jnp.float32),
+             "labels": jax.nn.one_hot(jnp.arange(8) % 4, 4)}
+    for _ in range(3):
+        state, metrics = step(state, batch)
+        assert bool(metrics["finite"])
+    before = jax.device_get(state["params"])
+    spiked = {**batch, "labels": batch["labels"] * 1e4}  # a batch whose loss is ~1e4 times the average
+    state, metrics = step(state, spiked)
+    assert not bool(metrics["finite"]) and int(state["skipped"]) == 1
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(state["params"]), before)
+    state, metrics = step(state, batch)  # an ordinary batch is accepted again
+    assert bool(metrics["finite"]) and int(state["consecutive_skips"]) == 0
 
 
 def test_a_failing_final_evaluation_still_saves_the_final_checkpoint(tmp_path, digits_data_dir):
@@ -116,10 +176,16 @@ def test_a_failing_final_evaluation_still_saves_the_final_checkpoint(tmp_path, d
 
 
 def test_sigmoid_training_tracks_precision_at_1_as_its_best(tmp_path, digits_data_dir, capsys):
-    c = demo_config(digits_data_dir, **{"total_steps": 3, "loss.kind": "sigmoid_xent", "model.head_bias_init": -10.0})
+    c = demo_config(digits_data_dir, **{"total_steps": 4, "loss.kind": "sigmoid_xent", "model.head_bias_init": -10.0,
+                                        "eval.every_steps": 1, "optimizer.lr": 3e-3})
     summary = Trainer(c, str(tmp_path)).train()
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    history = {r["step"]: r["eval/prec1"] for r in rows if "eval/prec1" in r}
+    assert sorted(history) == [1, 2, 3, 4]
+    best_step = max(history, key=lambda s: (history[s], s))  # ties: the later evaluation
     assert set(summary["best"]) == {"eval/prec1", "step"}
-    assert summary["best"]["eval/prec1"] == summary["final"]["eval/prec1"]
+    assert summary["best"] == {"eval/prec1": history[best_step], "step": best_step}
+    assert summary["final"]["eval/prec1"] == history[4]
     assert "prec@1" in capsys.readouterr().out
 
 
@@ -131,21 +197,26 @@ def test_a_finetuning_config_without_a_checkpoint_is_an_error(tmp_path, digits_d
         Trainer(c, str(tmp_path))
 
 
-def test_finetune_from_an_official_checkpoint_at_higher_resolution(tmp_path, digits_data_dir):
+def test_finetune_config_takes_the_architecture_from_init_on_any_dataset(tmp_path, digits_data_dir, capsys):
+    # configs/finetune.py without a variant: the model is the checkpoint's (here 64 wide, 3 blocks, patch 8), at a
+    # higher resolution, on the embedded digits (any dataset the project reads).
     golden_cfg, golden = load_npz_params(str(GOLDEN / "tiny_token.npz"))
-    c = demo_config(digits_data_dir, **{
-        "model.width": 64, "model.depth": 3, "model.mlp_dim": 128, "model.num_heads": 4, "model.patch_size": 8,
-        "model.pool": "token", "model.image_size": 64, "init.checkpoint": str(GOLDEN / "tiny_token.npz"),
-        "total_steps": 3, "optimizer.name": "sgd", "optimizer.lr": 0.01})
+    spec = importlib.util.spec_from_file_location("finetune", ROOT / "configs" / "finetune.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config(f"dataset=digits,init={GOLDEN / 'tiny_token.npz'},resolution=64,steps=3")
+    c.data.data_dir, c.batch_size, c.model.dtype = digits_data_dir, 32, "float32"
     c.data.pp_train = "decode|resize(64)|value_range(-1,1)"
-    c.data.pp_eval = "decode|resize(64)|value_range(-1,1)"
     trainer = Trainer(c, str(tmp_path))
+    assert (trainer.model_cfg.width, trainer.model_cfg.depth, trainer.model_cfg.patch_size) == (64, 3, (8, 8))
     params = jax.device_get(trainer.state["params"])
     assert params["pos_embedding"].shape == (1, 1 + 8 * 8, 64)  # 4x4 grid (32 px) -> 8x8 (64 px), class row apart
     np.testing.assert_array_equal(params["pos_embedding"][0, 0], golden["pos_embedding"][0, 0])
     np.testing.assert_array_equal(params["encoder"]["blocks"]["attn"]["query"]["kernel"],
                                   golden["encoder"]["blocks"]["attn"]["query"]["kernel"])
     assert not params["head"]["kernel"].any()  # new zero-initialised head
+    out = capsys.readouterr().out
+    assert "architecture from" in out and out.count("head/kernel") == 1  # each change said once
     summary = trainer.train()
     assert summary["steps"] == 3 and np.isfinite(summary["final"]["eval/loss"])
 
@@ -170,3 +241,18 @@ def test_a_relative_workdir_works(tmp_path, digits_data_dir, monkeypatch):
     assert summary["workdir"] == str(tmp_path / "rel" / "run")
     assert os.listdir(tmp_path / "rel" / "run" / "checkpoints") == ["2"]
     assert (tmp_path / "rel" / "run" / "summary.json").exists()
+
+
+def test_logged_averages_after_a_resume_mid_window_equal_the_uninterrupted_runs(tmp_path, digits_data_dir):
+    c = demo_config(digits_data_dir, **{"log_every_steps": 5})
+    Trainer(c, str(tmp_path / "full")).train()
+    first = Trainer(c, str(tmp_path / "cut"))
+    first.should_stop = lambda step: step == 7  # preempted at step 7: the window of steps 6..10 is half done
+    assert first.train()["status"] == "preempted"
+    Trainer(c, str(tmp_path / "cut")).train()
+
+    def logged(name):
+        rows = [json.loads(line) for line in open(tmp_path / name / "metrics.jsonl")]
+        return {r["step"]: (r["train/loss"], r["train/grad_norm"]) for r in rows if "train/loss" in r}
+
+    assert logged("cut") == logged("full") and sorted(logged("full")) == [5, 10, 12]

@@ -19,10 +19,12 @@ import io
 import math
 import os
 import re
+import zipfile
 from typing import Any
 
 import numpy as np
 
+from vit_jax.errors import UserError, one_line
 from vit_jax.models.config import ViTConfig, stem_stride
 
 # Sub-paths of one encoder block: ours -> (official, big_vision).
@@ -41,8 +43,12 @@ _STEM_GROUPNORM = re.compile(r"(gn_root|block\d+/unit\d+/gn(\d|_proj))/(scale|bi
 LAYOUTS = ("official", "big_vision")
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError, ValueError):
     """A checkpoint does not fit the model; the message lists every missing, unexpected and mis-shaped key."""
+
+
+class CheckpointReadError(UserError, ValueError):
+    """A checkpoint file is missing, damaged, or holds what we refuse to read (pickled objects)."""
 
 
 class ImageSizeRequiredError(CheckpointMismatchError):
@@ -91,12 +97,20 @@ def load_npz(path: str, notes: list[str] | None = None) -> dict[str, np.ndarray]
 
         p = epath.Path(path)
         if not p.exists():
-            raise FileNotFoundError(f"checkpoint {path} does not exist")
+            raise CheckpointReadError(f"checkpoint {path} does not exist")
         data = io.BytesIO(p.read_bytes())
     else:
         data = path
-    with np.load(data, allow_pickle=False) as z:
-        flat = {k: np.asarray(z[k]) for k in z.files}
+    try:
+        with np.load(data, allow_pickle=False) as z:
+            flat = {k: np.asarray(z[k]) for k in z.files}
+    except ValueError as e:
+        if "allow_pickle" in str(e):
+            raise CheckpointReadError(f"{path} holds pickled Python objects, which vit_jax never loads (they can run "
+                                      "code); save the arrays with numpy.savez instead") from e
+        raise CheckpointReadError(f"{path} is not a readable .npz of arrays ({one_line(e)})") from e
+    except (OSError, EOFError, zipfile.BadZipFile) as e:
+        raise CheckpointReadError(f"{path} is not a readable .npz of arrays ({one_line(e)}); is it truncated?") from e
     for prefix in _PREFIXES:
         inside = {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
         if inside and (len(inside) == len(flat) or "embedding/kernel" in inside):

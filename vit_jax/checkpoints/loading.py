@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from vit_jax.checkpoints.layouts import CheckpointReadError
+from vit_jax.errors import one_line
 from vit_jax.models.config import ViTConfig
 
 
@@ -18,16 +20,32 @@ def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig, dict[str, Any]]:
     Our run directories and timm exports record their resolution, so `fallback_image_size` is not used there.
     """
     path = os.fspath(path)
+    check_exists(path)
+    remote = "://" in path
     if path.endswith(".npz"):
         from vit_jax.checkpoints.npz import load_npz_params
 
         return load_npz_params(path, **infer_kw)
     if path.endswith(".safetensors"):
+        from safetensors import SafetensorError
+
         from vit_jax.checkpoints.timm import load_timm
 
-        return load_timm(path)
-    if os.path.isdir(path) or path.startswith("gs://"):
+        try:
+            return load_timm(path)
+        except SafetensorError as e:
+            raise CheckpointReadError(f"{path} is not a readable .safetensors file ({one_line(e)})") from e
+    if os.path.isdir(path) or remote:
         from vit_jax.checkpoints.training import load_params_from_run
 
         return load_params_from_run(path)
-    raise FileNotFoundError(f"{path}: not an .npz, .safetensors or training checkpoint directory")
+    raise CheckpointReadError(f"{path}: not an .npz, .safetensors or training checkpoint directory")
+
+
+def check_exists(path: str) -> None:
+    """A missing checkpoint is a one-line error before anything else is done (data, compilation)."""
+    from etils import epath
+
+    if not epath.Path(path).exists():
+        raise CheckpointReadError(f"checkpoint {path} does not exist (give an official .npz, a timm .safetensors, "
+                                  "or a training run directory)")

@@ -65,7 +65,7 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
         if under(key, reinit):
             out[key] = init_value
             if key in src:
-                notes.append(f"re-initialised {key} {tuple(src[key].shape)} -> {tuple(init_value.shape)}")
+                notes.append(f"re-initialised {key} {tuple(src.pop(key).shape)} -> {tuple(init_value.shape)}")
             continue
         if key not in src:
             if under(key, ("pre_logits",)):

@@ -4,22 +4,120 @@ Layout: `WORKDIR/checkpoints/<step>/{state,data,meta}`. Saves are asynchronous a
 temporary directory and renames it when complete; an interrupted save is never restored). The metadata makes a
 checkpoint self-describing: model architecture, resolved config, dataset and preprocessing, package version and
 git commit — `vit-jax predict/eval/convert` need nothing else.
+
+Failing well (docs/launching.md, "Failures"): resuming walks back from the newest step to the newest one that is
+complete and restores (one line per damaged step skipped; it is moved aside to `<step>.damaged`, never deleted,
+when the run saves that step again);
+a save that fails (disk full, permissions, quota) raises CheckpointSaveError naming the folder and the OS error,
+after removing its own temporary folder, so the trainer can stop at once with earlier checkpoints intact.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-from typing import Any
+import re
+import shutil
+import sys
+from typing import Any, Callable
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+from vit_jax.errors import UserError, debug_enabled, one_line
 from vit_jax.models.config import ViTConfig
+from vit_jax.parallel.distributed import all_processes, barrier
 
 ITEMS = ("state", "data", "meta")
+COMMIT_MARKER = "commit_success.txt"  # Orbax writes it into every finished step and item folder
+DAMAGED_SUFFIX = ".damaged"
+SAVE_FAILED_EXIT_CODE = 74  # EX_IOERR: a checkpoint could not be written; earlier ones are intact
+
+
+class CheckpointError(UserError, RuntimeError):
+    """No checkpoint of a run can be restored, or one cannot be written; the message is one line for the user."""
+
+
+class CheckpointSaveError(CheckpointError):
+    """Writing a checkpoint failed (disk full, permissions, quota); the run stops at that step."""
+
+    exit_code = SAVE_FAILED_EXIT_CODE
+
+
+def step_problem(step_dir: epath.Path) -> str | None:
+    """Why the step folder is not a complete checkpoint (a missing commit marker or item, unreadable metadata),
+    or None. Cheap and identical on every process, so all processes of a job skip the same steps."""
+    if not (step_dir / COMMIT_MARKER).exists():
+        return f"no {COMMIT_MARKER} (the save did not finish)"
+    for item in ITEMS:
+        d = step_dir / item
+        if not (d / COMMIT_MARKER).exists():
+            return f"{item}/ is missing or unfinished"
+    for name in ("state/_METADATA", "data/metadata", "meta/metadata"):
+        try:
+            json.loads((step_dir / name).read_text())
+        except FileNotFoundError:
+            return f"{name} is missing"
+        except (ValueError, UnicodeDecodeError):
+            return f"{name} is not readable JSON (truncated?)"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {one_line(e)[:300]}"
+
+
+def _os_error(e: BaseException) -> str:
+    """The OS error behind a failed write, as Python names it ('OSError: [Errno 28] No space left on device'):
+    from an OSError in the chain, or from tensorstore's `[os_error_code='28']` (Orbax writes arrays with it)."""
+    cause: BaseException | None = e
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno:
+            return f"OSError: [Errno {cause.errno}] {cause.strerror or os.strerror(cause.errno)}"
+        if m := re.search(r"os_error_code='(\d+)'", str(cause)):
+            code = int(m.group(1))
+            return f"OSError: [Errno {code}] {os.strerror(code)}"
+        cause = cause.__cause__ or cause.__context__
+    return _first_line(e)
+
+
+def _quiet_library_logs() -> None:
+    """Orbax logs every failure it raises with a full traceback (and asyncio each of its failed writes again); we
+    report each as one line, so those logs are dropped unless VIT_JAX_DEBUG is set."""
+    import logging
+
+    def keep(record: logging.LogRecord) -> bool:
+        if debug_enabled() or record.levelno >= logging.CRITICAL:
+            return True
+        return "/orbax/" not in record.pathname and "exception was never retrieved" not in str(record.msg)
+
+    for name in ("absl", "asyncio"):
+        logger = logging.getLogger(name)
+        if not any(getattr(f, "__name__", "") == "keep" for f in logger.filters):
+            logger.addFilter(keep)
+    # After a failed write Orbax closes its event loop while tensorstore still completes the other writes; each of
+    # their callbacks then reports "Event loop is closed" as an unraisable exception (dozens of tracebacks).
+    previous = sys.unraisablehook
+    if getattr(previous, "__name__", "") != "_drop_closed_loop_callbacks":
+        def _drop_closed_loop_callbacks(unraisable):
+            if debug_enabled() or not (isinstance(unraisable.exc_value, RuntimeError)
+                                       and str(unraisable.exc_value) == "Event loop is closed"):
+                previous(unraisable)
+
+        sys.unraisablehook = _drop_closed_loop_callbacks
+
+
+def tree_nbytes(tree: Any) -> int:
+    leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "shape")]
+    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
+
+
+def _dir_bytes(path: epath.Path) -> int:
+    """Bytes of the files under a local folder."""
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(os.fspath(path)) for f in files)
 
 
 class RunCheckpointer:
@@ -31,6 +129,10 @@ class RunCheckpointer:
             max_to_keep=keep or None, keep_period=keep_every or None, enable_async_checkpointing=async_save,
             create=True, cleanup_tmp_directories=True)
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
+        self.keep = keep
+        self._skipped: set[int] = set()  # steps restore_latest found damaged
+        self._pending: int | None = None  # the step of the save that may still be running in the background
+        _quiet_library_logs()
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -39,16 +141,91 @@ class RunCheckpointer:
         return list(self.manager.all_steps())
 
     def save(self, step: int, state: Any, data_state: dict, meta: dict, *, wait: bool = False) -> None:
+        """Saves `step` (asynchronously unless `wait`). Raises CheckpointSaveError if this save, or the earlier
+        one still in flight, failed."""
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
                                   meta=ocp.args.JsonSave(meta))
         # A step saved already (a periodic save, then a preemption or the end of the run at that same step) holds
         # this very state: saving is idempotent, never Orbax's StepAlreadyExistsError. Orbax waits for the previous
         # save before its own check too, so this costs no extra blocking.
-        self.manager.wait_until_finished()
+        self.wait()
+        if step in self._skipped:  # a damaged step this run skipped on restore: kept, under another name
+            if jax.process_index() == 0:
+                moved = self._move_aside(self.directory / str(step))
+                print(f"moved the damaged checkpoint step {step} to {moved.name}", flush=True)
+            barrier(f"checkpoint {step} moved aside")
+            self._skipped.discard(step)
+            self.manager.reload()
         if step not in self.manager.all_steps():
-            self.manager.save(step, args=args, force=True)
+            self._check_space(step, state)
+            self._pending = step
+            self._guard(step, lambda: self.manager.save(step, args=args, force=True))
         if wait:
-            self.manager.wait_until_finished()
+            self.wait()
+
+    def _check_space(self, step: int, state: Any) -> None:
+        """Local disks: a save that cannot fit stops the run before anything is written; one that fits but leaves
+        too little for the next is a warning. The size needed is the newest checkpoint's on disk (the state's bytes
+        before the first); other processes' shards of a shared disk are in that measure too."""
+        if "://" in str(self.directory) or jax.process_index() != 0:
+            return
+        steps = self.manager.all_steps()
+        needed = _dir_bytes(self.directory / str(max(steps))) if steps else tree_nbytes(state)
+        free = shutil.disk_usage(os.fspath(self.directory)).free
+        mib = 2**20
+        if free < needed:
+            raise CheckpointSaveError(
+                f"could not write the checkpoint of step {step} in {self.directory}: OSError: [Errno "
+                f"{errno.ENOSPC}] {os.strerror(errno.ENOSPC)} ({free / mib:.1f} MiB free, a checkpoint takes "
+                f"{needed / mib:.1f} MiB); free space or lower checkpoint.keep, then rerun to resume")
+        reclaimed = needed if self.keep and len(steps) + 1 > self.keep else 0  # Orbax then prunes the oldest
+        if free - needed + reclaimed < needed:
+            print(f"warning: {free / mib:.1f} MiB free in {self.directory}: after the checkpoint of step {step} "
+                  f"({needed / mib:.1f} MiB) the next one will not fit", flush=True)
+
+    def check(self) -> None:
+        """Raises CheckpointSaveError if a background save has failed (cheap: call it every step)."""
+        if self._pending is not None:
+            self._guard(self._pending, self.manager.check_for_errors)
+
+    def wait(self) -> None:
+        """Blocks until the save in flight is written; raises CheckpointSaveError if it failed."""
+        if self._pending is not None:
+            # Orbax's wait does not always re-raise a failed background write; its error check does.
+            self._guard(self._pending, lambda: (self.manager.wait_until_finished(), self.manager.check_for_errors()))
+            self._pending = None
+
+    def _guard(self, step: int, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - any failure to write is reported as one CheckpointSaveError
+            self._pending = None
+            self._remove_partial(step)
+            self.manager.reload()
+            raise CheckpointSaveError(f"could not write the checkpoint of step {step} in {self.directory}: "
+                                      f"{_os_error(e)}") from e
+
+    def _remove_partial(self, step: int) -> None:
+        """Deletes this process's own half-written save of `step` (Orbax's temporary folder), nothing else."""
+        if jax.process_index() != 0:
+            return
+        for p in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+            try:
+                p.rmtree() if p.is_dir() else p.unlink()
+            except OSError:
+                pass
+        final = self.directory / str(step)
+        if final.exists() and step_problem(final) is not None:
+            self._move_aside(final)
+
+    def _move_aside(self, step_dir: epath.Path) -> epath.Path:
+        target = step_dir.parent / (step_dir.name + DAMAGED_SUFFIX)
+        n = 1
+        while target.exists():
+            n += 1
+            target = step_dir.parent / f"{step_dir.name}{DAMAGED_SUFFIX}{n}"
+        step_dir.rename(target)
+        return target
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict, dict]:
         """Restores onto the shardings of `abstract_state` (jax.ShapeDtypeStruct leaves with `.sharding`): any
@@ -58,8 +235,38 @@ class RunCheckpointer:
         out = self.manager.restore(step, args=args)
         return out["state"], out["data"], out["meta"]
 
-    def wait(self) -> None:
-        self.manager.wait_until_finished()
+    def restore_latest(self, abstract_state: Any, log: Callable[[str], None] = print,
+                       check_meta: Callable[[dict], None] | None = None) -> tuple[int, Any, dict, dict] | None:
+        """The newest step that is complete and restores: (step, state, data, meta); None if there is no step.
+
+        Newer steps that are incomplete or fail to restore are skipped, each with one line from `log`; they stay on
+        disk until this run saves the same step again, when they are moved aside to `<step>.damaged` (never
+        deleted). `check_meta(meta)` may refuse a run before any restore (e.g. a different model: ConfigError).
+        If steps exist but none restores: CheckpointError. All processes of a job decide together: a step is used
+        only if it restored on every process.
+        """
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        if not steps:
+            return None
+        if check_meta is not None and step_problem(self.directory / str(steps[0])) is None:
+            check_meta(json.loads((self.directory / str(steps[0]) / "meta" / "metadata").read_text()))
+        reason = None
+        for step in steps:
+            reason = step_problem(self.directory / str(step))
+            restored = None
+            if reason is None:
+                try:
+                    restored = self.restore(step, abstract_state)
+                except Exception as e:  # noqa: BLE001 - a damaged file surfaces as any of Orbax's/tensorstore's errors
+                    reason = f"restoring failed: {_first_line(e)}"
+            reason = next((r for r in all_processes(reason or "") if r), None)
+            if reason is None:
+                return (step, *restored)
+            self._skipped.add(step)
+            log(f"skipping checkpoint step {step}: {reason}")
+        raise CheckpointError(f"no checkpoint in {self.directory} can be restored (tried steps "
+                              f"{', '.join(map(str, steps))}; step {steps[-1]}: {reason}); start again in a new "
+                              "--workdir, or restore a copy of the checkpoints")
 
     def close(self) -> None:
         self.manager.close()
@@ -72,12 +279,11 @@ def _step_dir(path: str) -> epath.Path:
         p = p / "checkpoints"
     if (p / "meta").exists() and (p / "state").exists():
         return p
-    # Finalized steps only: in a bucket Orbax writes a step in place and marks it complete last (commit_success.txt).
-    steps = sorted(int(c.name) for c in p.iterdir()
-                   if c.name.isdigit() and ocp.step.is_path_finalized(c)) if p.exists() else []
-    if not steps:
-        raise FileNotFoundError(f"no complete checkpoint under {path} (expected WORKDIR/checkpoints/<step>/)")
-    return p / str(steps[-1])
+    steps = sorted((int(c.name) for c in p.iterdir() if c.name.isdigit()), reverse=True) if p.exists() else []
+    for step in steps:  # the newest complete one (a run may hold an unfinished or damaged newest step)
+        if step_problem(p / str(step)) is None:
+            return p / str(step)
+    raise FileNotFoundError(f"no complete checkpoint under {path} (expected WORKDIR/checkpoints/<step>/)")
 
 
 def load_run_metadata(path: str) -> dict:

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 from vit_jax.data.sources import RecordSource
+from vit_jax.errors import UserError, one_line
 from vit_jax.storage import remote
 
 # Manual files of the standard datasets we name in errors (TFDS's own instructions are long).
@@ -23,7 +24,7 @@ KNOWN_MANUAL_FILES = {"imagenet2012": ["ILSVRC2012_img_train.tar", "ILSVRC2012_i
 BUILD_REPORT = "build_report.json"
 
 
-class DataNotFoundError(FileNotFoundError):
+class DataNotFoundError(UserError, FileNotFoundError):
     """The dataset is neither prepared nor preparable from local files."""
 
 
@@ -80,9 +81,16 @@ def make_builder(name: str, data_dir: str, file_format: str | None = None):
         return imagenet21k.Imagenet21k(config=config, data_dir=data_dir, file_format=file_format)
     try:
         return tfds.builder(name, data_dir=data_dir, file_format=file_format)
-    except Exception as e:  # noqa: BLE001 - TFDS raises several types for unknown names / missing versions
-        raise DataNotFoundError(f"cannot open dataset '{name}' in {data_dir}: {e}. Known here: digits, imagenet21k, "
-                                f"folder:/path, or a TFDS name such as cifar10") from e
+    except tfds.core.registered.DatasetNotFoundError as e:
+        import difflib
+
+        known = ["digits", "imagenet21k", *tfds.list_builders()]
+        close = difflib.get_close_matches(name.split(":")[0], known, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise DataNotFoundError(f"unknown dataset '{name}': {hint}use digits, imagenet21k[/fall11|/winter21], "
+                                "folder:/path or a TFDS name (tfds.list_builders())") from e
+    except Exception as e:  # noqa: BLE001 - TFDS raises several types for missing versions, bad configs
+        raise DataNotFoundError(f"cannot open dataset '{name}' in {data_dir}: {one_line(e)}") from e
 
 
 def _manual_dir_problem(name: str, builder, manual_dir: str) -> str | None:

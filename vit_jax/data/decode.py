@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import io
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -36,18 +37,53 @@ class DecodeError(ValueError):
     """Raised when stored image bytes cannot be decoded (the pipeline substitutes another record)."""
 
 
+# The pixel budget: an image with more pixels is refused before its pixels are decoded, in every path that decodes
+# (training, evaluation, predict, analyses, dataset builds). A 20 KB PNG can declare 13000x13000 pixels (~0.5 GB
+# as RGB, more while decoding); 100M pixels (e.g. 10000x10000) is above any real dataset image we know of.
+PIXEL_BUDGET_ENV = "VIT_JAX_MAX_IMAGE_PIXELS"
+DEFAULT_PIXEL_BUDGET = 100_000_000
+# PIL's own guard (a warning above 89M pixels, an error above 179M) is replaced by this one, which every decode
+# path checks from the image header before decoding.
+Image.MAX_IMAGE_PIXELS = None
+
+
+def pixel_budget() -> int:
+    return int(os.environ.get(PIXEL_BUDGET_ENV) or DEFAULT_PIXEL_BUDGET)
+
+
+def check_pixels(width: int, height: int) -> None:
+    if width * height > pixel_budget():
+        raise DecodeError(f"{width}x{height} pixels is over the pixel budget of {pixel_budget():,} "
+                          f"({PIXEL_BUDGET_ENV}); a decompression bomb, or raise the budget")
+
+
 def open_rgb_lazy(data: bytes) -> Image.Image:
-    """Opens image bytes without decoding pixels (header only), so a JPEG draft size can still be chosen."""
+    """Opens image bytes without decoding pixels (header only), so a JPEG draft size can still be chosen; an image
+    over the pixel budget raises DecodeError here, before any pixel is decoded."""
+    if not data:
+        raise DecodeError("empty file (0 bytes)")
     try:
-        return Image.open(io.BytesIO(data))
+        img = Image.open(io.BytesIO(data))
     except _PIL_DATA_ERRORS as e:
         raise DecodeError(f"cannot identify image ({len(data)} bytes): {e}") from e
+    check_pixels(*img.size)
+    return img
+
+
+# 16-bit (and 32-bit integer) single-channel modes: PIL's convert("RGB") clips them to 0..255; they are rescaled.
+_WIDE_GRAY = {"I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I;16N": 65535, "I": 65535}
 
 
 def load_rgb(img: Image.Image) -> Image.Image:
-    """Decodes the pixels of an opened image and converts them to RGB; raises DecodeError on bad data."""
+    """Decodes the pixels of an opened image and converts them to RGB; raises DecodeError on bad data.
+
+    16-bit grayscale is scaled to 8 bits (v * 255 / 65535, rounded), not clipped."""
     try:
         img.load()
+        if img.mode in _WIDE_GRAY:
+            wide = np.asarray(img, np.float64)
+            gray = np.clip(np.rint(wide * (255.0 / _WIDE_GRAY[img.mode])), 0, 255).astype(np.uint8)
+            return Image.fromarray(gray, "L").convert("RGB")
         return img if img.mode == "RGB" else img.convert("RGB")
     except _PIL_DATA_ERRORS as e:
         raise DecodeError(f"cannot decode {img.format} image: {e}") from e
@@ -55,7 +91,8 @@ def load_rgb(img: Image.Image) -> Image.Image:
 
 def decode_rgb(data: bytes) -> np.ndarray:
     """Decodes JPEG/PNG/... bytes to a uint8 (H, W, 3) array."""
-    if data[:2] == cv.JPEG_SOI:
+    if data[:2] == cv.JPEG_SOI and (size := jpeg_size(data)) is not None:
+        check_pixels(*size)
         pixels = cv.decode_jpeg(data)
         if pixels is not None:
             return pixels
@@ -121,6 +158,7 @@ def decode_crop_resize(data: bytes, box_fn, out_w: int, out_h: int) -> np.ndarra
     size = jpeg_size(data)
     img = open_rgb_lazy(data) if size is None else None
     width, height = size or img.size
+    check_pixels(width, height)
     x, y, w, h = box_fn(width, height)
     scale, pixels = 1, None
     if size is not None:
@@ -148,6 +186,8 @@ def sanitize_image(data: bytes, min_side: int = 8, quality: int = 95) -> tuple[b
     fmt, mode = img.format, img.mode
     if min(img.size) < min_side:
         return None, "skipped_tiny"
+    if img.size[0] * img.size[1] > pixel_budget():
+        return None, "skipped_too_many_pixels"
     if fmt == "JPEG" and mode == "RGB":
         # A full decode at 1/8 scale still reads every entropy-coded byte, so truncation and corruption surface,
         # at a fraction of the cost of a full-size decode.
@@ -158,9 +198,8 @@ def sanitize_image(data: bytes, min_side: int = 8, quality: int = 95) -> tuple[b
             return None, "skipped_truncated" if "truncated" in str(e) else "skipped_corrupt"
         return data, KEPT
     try:
-        img.load()
-        rgb = img.convert("RGB")
-    except _PIL_DATA_ERRORS as e:
+        rgb = load_rgb(img)
+    except DecodeError as e:
         return None, "skipped_truncated" if "truncated" in str(e) else "skipped_corrupt"
     if fmt != "JPEG":
         why = f"converted_{(fmt or 'unknown').lower()}"

@@ -83,13 +83,32 @@ def find_release(manual_dir: str | os.PathLike, release: str) -> Path:
         f"n*.tar files; download the release from image-net.org and pass --manual_dir (the archive or its folder)")
 
 
+def member_kind(member: tarfile.TarInfo) -> str | None:
+    """None for a regular file we may read; else the report kind it is skipped and counted as (directories, which
+    every tar may hold, are not counted)."""
+    parts = member.name.replace("\\", "/").split("/")
+    if member.name.startswith("/") or ".." in parts:
+        return "skipped_unsafe_path"
+    if member.issym():
+        return "skipped_symlink"
+    if member.islnk():
+        return "skipped_hardlink"
+    if member.isdir():
+        return ""
+    return None if member.isfile() else "skipped_not_a_file"
+
+
 def _inner_files(**tar_source) -> staging.FileIter:
     # Streaming mode: the inner tar is read front to back, nothing is extracted to disk. A file's bytes are read
-    # only if its reader is called (before the stream moves on); the others are skipped.
+    # only if its reader is called (before the stream moves on); the others are skipped. Members that are not
+    # regular files inside the synset's folder are never read, only counted (staging.NotAFile).
     with tarfile.open(mode="r|*", **tar_source) as inner:
         for member in inner:
-            if member.isfile():
+            kind = member_kind(member)
+            if kind is None:
                 yield os.path.basename(member.name), lambda member=member: inner.extractfile(member).read()
+            elif kind:
+                yield os.path.basename(member.name) or member.name, staging.NotAFile(kind)
 
 
 def synset_units(source: Path) -> Iterator[staging.Unit]:

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vit_jax.data.decode import DecodeError
+from vit_jax.errors import UserError, one_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,13 +37,17 @@ class FileSlice:
     examples_in_shard: int
 
 
+class SplitError(UserError, ValueError):
+    """A split spec the dataset does not have; the message names its splits and the syntax."""
+
+
 def split_slices(info, split: str) -> list[FileSlice]:
-    """The file slices of a split spec, in TFDS's order; ValueError naming the splits if the spec is not valid."""
+    """The file slices of a split spec, in TFDS's order; SplitError naming the splits if the spec is not valid."""
     try:
         instructions = info.splits[split].file_instructions
     except Exception as e:  # noqa: BLE001 - TFDS raises ValueError, KeyError or AssertionError for bad specs
         names = ", ".join(sorted(info.splits.keys()))
-        raise ValueError(f"{info.name} has no split '{split}' ({e}); it has {names}, and TFDS slices of them such "
+        raise SplitError(f"{info.name} has no split '{split}' ({one_line(e)}); it has {names}, and TFDS slices of them such "
                          f"as train[:10%], train[99%:], train[:1000], train+validation") from e
     return [FileSlice(os.fspath(i.filename), int(i.skip), int(i.take), int(i.examples_in_shard))
             for i in instructions if int(i.take) > 0]

@@ -18,6 +18,7 @@ once the build has succeeded (datasets.prepare_builder).
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import hashlib
 import io
 import json
@@ -29,9 +30,17 @@ from typing import Callable, Iterable, Iterator
 
 from vit_jax.data.decode import KEPT, BuildReport, sanitize_image
 
-# (file name, a function returning its bytes). For a streamed tar the function only works until the iteration
-# moves on, so callers read a file's bytes before advancing, or skip the file by not calling it.
-FileIter = Iterable[tuple[str, Callable[[], bytes]]]
+@dataclasses.dataclass(frozen=True)
+class NotAFile:
+    """A source entry that is never stored, only counted (its report kind): an archive's symlink or hard-link
+    member, a member whose name escapes its folder (`../x.jpg`, `/etc/x`), a device or fifo."""
+
+    kind: str
+
+
+# (file name, a function returning its bytes, or NotAFile). For a streamed tar the function only works until the
+# iteration moves on, so callers read a file's bytes before advancing, or skip the file by not calling it.
+FileIter = Iterable[tuple[str, Callable[[], bytes] | NotAFile]]
 Unit = tuple[str, Callable[[], FileIter]]  # (unit name, opens the unit's files lazily, in a fixed order)
 FORMAT = 2  # staged json layout; units staged in another layout (an older vit_jax) are staged again
 
@@ -89,7 +98,7 @@ class StagedUnits:
                     break
             else:
                 source_name, read = None, None
-            data = read() if source_name == name else None
+            data = read() if source_name == name and callable(read) else None
             if data is None or len(data) != size:
                 raise SourceChangedError(f"{unit}/{name} is not in the source as staged (file {pos}, {size} bytes): "
                                          f"the source changed since staging; delete {self.directory} and prepare again")
@@ -180,8 +189,9 @@ def stage_units(
                 staged.resumed += 1
                 bar.update(1)
                 continue
-            files = [(name, read()) for name, read in open_files()]
-            results = list(pool.map(lambda item: sanitize_image(item[1], min_side=min_side), files))
+            files = [(name, read if isinstance(read, NotAFile) else read()) for name, read in open_files()]
+            results = list(pool.map(lambda item: (None, item[1].kind) if isinstance(item[1], NotAFile)
+                                    else sanitize_image(item[1], min_side=min_side), files))
             report, kept, converted = BuildReport(), [], set()
             for pos, ((name, data), (clean, kind)) in enumerate(zip(files, results)):
                 report.add(kind, f"{unit}/{name}")

@@ -6,6 +6,8 @@ import dataclasses
 import re
 from typing import Any
 
+from vit_jax.errors import UserError
+
 # Width, depth, MLP size and heads: ViT paper Table 1 (Ti/S/B/L/H) and Scaling ViT (Zhai et al. 2022) Table 2 (M/g/G).
 SIZES: dict[str, dict[str, int]] = {
     "Ti": dict(width=192, depth=12, mlp_dim=768, num_heads=3),
@@ -31,6 +33,10 @@ POSEMBS = ("learn", "sincos2d")
 GELUS = ("tanh", "erf")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 DTYPES = ("float32", "bfloat16", "float16")
+
+
+class ModelConfigError(UserError, ValueError):
+    """A model setting (variant string, size, option) is not valid; the message names the valid choices."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +73,7 @@ class ViTConfig:
     def __post_init__(self):
         def check(name, value, allowed):
             if value not in allowed:
-                raise ValueError(f"ViTConfig.{name}={value!r} is not one of {allowed}")
+                raise ModelConfigError(f"ViTConfig.{name}={value!r} is not one of {allowed}")
 
         check("pool", self.pool, POOLS)
         check("posemb", self.posemb, POSEMBS)
@@ -76,14 +82,15 @@ class ViTConfig:
         check("dtype", self.dtype, DTYPES)
         check("param_dtype", self.param_dtype, DTYPES)
         if 0 in self.resnet_layers and self.resnet_layers != (0,):
-            raise ValueError(f"resnet_layers={self.resnet_layers}: every stage needs units; (0,) is the root-only stem")
+            raise ModelConfigError(
+                f"resnet_layers={self.resnet_layers}: every stage needs units; (0,) is the root-only stem")
         if self.width % self.num_heads:
-            raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
+            raise ModelConfigError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
         if self.posemb == "sincos2d" and self.width % 4:
-            raise ValueError(f"sincos2d position embeddings need width divisible by 4, got {self.width}")
+            raise ModelConfigError(f"sincos2d position embeddings need width divisible by 4, got {self.width}")
         fh, fw = self.feature_grid_input
         if fh % self.patch_size[0] or fw % self.patch_size[1]:
-            raise ValueError(
+            raise ModelConfigError(
                 f"image size {self.image_size} (feature map {fh}x{fw} after the stem) is not divisible by patch "
                 f"size {self.patch_size}")
 
@@ -96,7 +103,7 @@ class ViTConfig:
     def feature_grid_input(self) -> tuple[int, int]:
         s = self.stem_stride
         if self.image_size[0] % s or self.image_size[1] % s:
-            raise ValueError(f"image size {self.image_size} is not divisible by the ResNet stem stride {s}")
+            raise ModelConfigError(f"image size {self.image_size} is not divisible by the ResNet stem stride {s}")
         return self.image_size[0] // s, self.image_size[1] // s
 
     @property
@@ -143,7 +150,7 @@ def _pair(v) -> tuple[int, int]:
         return (v, v)
     v = tuple(int(x) for x in v)
     if len(v) != 2:
-        raise ValueError(f"expected an int or a pair, got {v}")
+        raise ModelConfigError(f"expected an int or a pair, got {v}")
     return v
 
 
@@ -168,16 +175,17 @@ def parse_variant(variant: str) -> dict[str, Any]:
     """"B/16" -> width/depth/mlp/heads/patch; "R50+B/16" adds the hybrid stem (patch counted on the feature map)."""
     m = _VARIANT_RE.match(variant.strip())
     if not m:
-        raise ValueError(f"unknown ViT variant {variant!r}: expected e.g. 'Ti/16', 'B/32', 'H/14', 'R50+B/16' "
+        raise ModelConfigError(f"unknown ViT variant {variant!r}: expected e.g. 'Ti/16', 'B/32', 'H/14', 'R50+B/16' "
                          f"(sizes {', '.join(SIZES)}; stems {', '.join(RESNET_STEMS)})")
     out: dict[str, Any] = dict(SIZES[m["size"]])
     if m["stem"]:
         if m["stem"] not in RESNET_STEMS:
-            raise ValueError(f"unknown ResNet stem {m['stem']!r} in {variant!r}; known: {', '.join(RESNET_STEMS)}")
+            raise ModelConfigError(
+                f"unknown ResNet stem {m['stem']!r} in {variant!r}; known: {', '.join(RESNET_STEMS)}")
         by_patch = RESNET_STEMS[m["stem"]]
         patch = int(m["patch"] or min(by_patch))
         if patch not in by_patch:
-            raise ValueError(f"{variant}: the {m['stem']} stem exists for patch sizes {sorted(by_patch)}")
+            raise ModelConfigError(f"{variant}: the {m['stem']} stem exists for patch sizes {sorted(by_patch)}")
         # Hybrids are named by their effective patch on the image; the stem already downsamples by that much, so the
         # Transformer sees 1x1 patches of the feature map.
         out["resnet_layers"] = by_patch[patch]

@@ -7,7 +7,9 @@ TPU VM pods where the ssh environment carries no TPU_* variables; `off` never do
 
 from __future__ import annotations
 
+import itertools
 import os
+from typing import Any
 
 import jax
 
@@ -65,14 +67,63 @@ def initialize(coordinator: str = "", num_processes: int = 0, process_id: int = 
     return True
 
 
-def barrier(name: str, timeout_s: float) -> None:
-    """Waits until every process reaches `name`, through JAX's coordination service (no-op with one process).
+_BARRIERS = itertools.count()
 
-    Unlike multihost_utils.sync_global_devices this runs no device collective: it can precede a job's first
-    collective on a set of devices, whose gloo context every process must join within a fixed 30 s on CPU.
+
+def barrier(name: str, timeout_s: float = 1800) -> None:
+    """Every process of the job reaches this point before any goes on (a no-op for one process).
+
+    Uses the coordination service's barrier, not a device collective: gloo gives the first collective of a
+    device set only 30 s for all processes to arrive, which a peer still compiling on a loaded host can exceed.
+    All processes must call the same barriers in the same order (the ids count calls).
     """
+    if jax.process_count() == 1:
+        return
     from jax._src import distributed  # the client JAX created; there is no public accessor
 
+    distributed.global_state.client.wait_at_barrier(f"vit_jax/{next(_BARRIERS)}/{name}",
+                                                    timeout_in_ms=int(timeout_s * 1000))
+
+
+def all_processes(value: str, timeout_s: float = 1800) -> list[str]:
+    """Every process's `value`, in process order (one process: [value]); through the coordination service's
+    key-value store, so it works before (and without) any device collective."""
+    if jax.process_count() == 1:
+        return [value]
+    from jax._src import distributed
+
     client = distributed.global_state.client
-    if client is not None and jax.process_count() > 1:
-        client.wait_at_barrier(name, int(timeout_s * 1000))
+    key = f"vit_jax/{next(_BARRIERS)}/gather"
+    client.key_value_set(f"{key}/{jax.process_index()}", value)
+    barrier("gathered", timeout_s)
+    got = {int(k.rsplit("/", 1)[1]): v for k, v in client.key_value_dir_get(f"{key}/")}
+    return [got[i] for i in range(jax.process_count())]
+
+
+def compile_synced(jitted: Any, *args: Any, name: str = "step") -> Any:
+    """`jitted.lower(*args).compile()`, then a barrier: the first run of the compiled program (and of its
+    collectives) starts on every process together, however long each took to compile."""
+    compiled = jitted.lower(*args).compile()
+    barrier(f"compiled {name}")
+    return compiled
+
+
+class SyncedJit:
+    """A jitted function whose first call for each input signature compiles, waits for every process to have
+    compiled (`compile_synced`), then runs; later calls reuse that executable. One process: the jitted function."""
+
+    def __init__(self, jitted: Any, name: str):
+        self.jitted, self.name = jitted, name
+        self._compiled: dict[Any, Any] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        if jax.process_count() == 1:
+            return self.jitted(*args)
+        leaves, tree = jax.tree.flatten(args)
+        key = (tree, tuple((x.shape, x.dtype, getattr(x, "sharding", None)) for x in leaves))
+        if key not in self._compiled:
+            self._compiled[key] = compile_synced(self.jitted, *args, name=self.name)
+        return self._compiled[key](*args)
+
+    def __getattr__(self, name: str) -> Any:  # lower, trace, ...: the jitted function's
+        return getattr(self.jitted, name)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import socket
 import sys
 import threading
@@ -115,6 +116,17 @@ class PeerWatchdog:
 
     def stop(self) -> None:
         self._stopped.set()
+
+    @property
+    def verdict_wait_s(self) -> float:
+        """How long a verdict can take: the heartbeat timeout, process 0's poll, then ours (with slack)."""
+        return self.lost_after_s + 4 * self.interval_s + 5
+
+    def await_verdict(self) -> None:
+        """Blocks while the watchdog thread looks for a lost peer (it exits the process when it finds one); returns
+        after verdict_wait_s if it found none."""
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join(self.verdict_wait_s)
 
     def mark_done(self) -> None:
         """This process is exiting normally: peers must not read its silence as a failure."""
@@ -207,13 +219,33 @@ def fail_fast(exc: BaseException) -> None:
     Without a watchdog (single process) it returns and the caller re-raises. Call it from an `except` clause that
     would otherwise run cleanup (checkpoint waits, iterator shutdown) needing peers that are stuck waiting for us.
     """
+    from vit_jax.errors import UserError, debug_enabled, one_line
+
     w = _ACTIVE
     if w is None:
         return
-    traceback.print_exception(exc)
-    sys.stderr.flush()
-    first = (str(exc).splitlines() or [""])[0][:300]
-    w.report_failure(f"{w.describe(w.process_id)} failed: {type(exc).__name__}: {first}", FAILED_EXIT_CODE)
+    if looks_like_lost_peer(exc):
+        # A collective failed because a peer vanished (gloo: "Connection reset by peer"): this process is healthy,
+        # and blaming itself would hide the root cause. The watchdog thread names the lost peer and exits with
+        # LOST_PEER_EXIT_CODE once its heartbeat is overdue; if that never happens, the failure was ours after all.
+        _say(f"a collective failed ({one_line(exc)[:200]}); waiting up to {w.verdict_wait_s:.0f}s to learn which "
+             "process was lost")
+        w.await_verdict()
+    user_error = isinstance(exc, UserError)
+    if not user_error or debug_enabled():  # a user's mistake is its one line; a bug keeps its traceback
+        traceback.print_exception(exc)
+        sys.stderr.flush()
+    code = exc.exit_code if user_error else FAILED_EXIT_CODE
+    w.report_failure(f"{w.describe(w.process_id)} failed: {type(exc).__name__}: {one_line(exc)[:300]}", code)
+
+
+_LOST_PEER_SIGNS = re.compile(r"[Gg]loo|Connection (reset|closed|refused)|Broken pipe|[Ss]ocket closed|"
+                              r"UNAVAILABLE|DEADLINE_EXCEEDED|heartbeat|unhealthy")
+
+
+def looks_like_lost_peer(exc: BaseException) -> bool:
+    """A JAX runtime error from cross-process communication (what a dead peer looks like from a live one)."""
+    return type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and bool(_LOST_PEER_SIGNS.search(str(exc)))
 
 
 def _excepthook(exc_type, exc, tb) -> None:

@@ -7,30 +7,14 @@ the data pipeline; all are returned as float32 (N, H, W, 3) in [-1, 1], the mode
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
-
-
 def load_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
-    """(ViTConfig, params) of an official/big_vision .npz, or of any checkpoint vit_jax.checkpoints.load_any reads."""
-    if str(path).endswith(".npz"):
-        from vit_jax.checkpoints.npz import load_npz_params
+    """(ViTConfig, params) of any checkpoint vit_jax.checkpoints.loading.load_any reads."""
+    from vit_jax.checkpoints.loading import load_any
 
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"checkpoint {path} does not exist")
-        return load_npz_params(str(path))
-    try:
-        from vit_jax.checkpoints import load_any
-    except ImportError:
-        try:
-            from vit_jax.checkpoints.loading import load_any
-        except ImportError:
-            raise ValueError(f"{path}: only .npz checkpoints can be read by this installation (no "
-                             "vit_jax.checkpoints.load_any); convert it with `vit-jax convert` first") from None
     return load_any(str(path))
 
 
@@ -72,18 +56,14 @@ def images_from_array_file(path: str, image_size: tuple[int, int], max_images: i
 
 
 def images_from_folder(path: str, image_size: tuple[int, int], max_images: int) -> np.ndarray:
-    """The first `max_images` image files of a folder (sorted by name), resized to the model's resolution."""
-    from PIL import Image
+    """The first `max_images` readable image files of a folder (sorted by name), at the model's resolution
+    (unreadable files are skipped with a line each)."""
+    from vit_jax.data.image_files import default_eval_pp, read_image_folder
 
-    files = sorted(p for p in Path(path).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[:max_images]
-    if not files:
-        raise ValueError(f"no image files ({', '.join(IMAGE_SUFFIXES)}) in {path}")
-    h, w = image_size
-    out = []
-    for f in files:
-        with Image.open(f) as img:
-            out.append(np.asarray(img.convert("RGB").resize((w, h), Image.BILINEAR), np.uint8))
-    return to_model_range(np.stack(out), image_size)
+    folder = read_image_folder(path, default_eval_pp(image_size), max_images=max_images)
+    for name, why in folder.skipped.items():
+        print(f"skipped {name}: {why}")
+    return folder.images
 
 
 def images_from_dataset(name: str, split: str, image_size: tuple[int, int], max_images: int,

@@ -16,11 +16,16 @@ import sys
 import threading
 from typing import Any, Callable
 
+from vit_jax.errors import UserError, debug_enabled
+
 CHUNK_BYTES = 64 * 2**20  # ranged reads of a download: one request each, retried on their own
 
 
-class StorageError(OSError):
-    """A bucket could not be read or written (after the client's retries); the message names path and cause."""
+class StorageError(UserError, OSError):
+    """A bucket could not be read or written (after the client's retries), or does not exist. Not the user's
+    mistake as a rule, but reported like one: one line naming path and cause, no traceback; exit status 1."""
+
+    exit_code = 1
 
 
 def is_url(path: str) -> bool:
@@ -30,7 +35,8 @@ def is_url(path: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------------------------------
 class _RetryCounter(logging.Filter):
-    """Counts gcsfs's "retrying after exception" debug records; passes its other records through unchanged."""
+    """Counts gcsfs's "retrying after exception" debug records. Its other records pass, those of a request that
+    failed for good without their traceback (the failure is reported as one line; VIT_JAX_DEBUG keeps it)."""
 
     def __init__(self, keep_debug: bool) -> None:
         super().__init__()
@@ -40,6 +46,8 @@ class _RetryCounter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno > logging.DEBUG:
+            if record.exc_info and not debug_enabled():
+                record.exc_info, record.exc_text = None, None
             return True
         if "retrying after exception" in str(record.msg):
             with self._lock:

@@ -14,6 +14,8 @@ from typing import Any
 
 import ml_collections
 
+from vit_jax.errors import UserError
+
 
 def default_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
@@ -94,7 +96,10 @@ def default_config() -> ml_collections.ConfigDict:
         reinit=("head",),  # parameters that keep their fresh init when fine-tuning
         posemb_resize="bicubic",  # bicubic | bilinear
     )
-    c.nan_guard = dict(max_consecutive=10)
+    # Steps whose loss, gradients, update or new parameters are not finite are skipped (the state is kept); after
+    # max_consecutive such steps in a row the run stops, saving the last good state. loss_spike_factor > 0 also
+    # skips a step whose loss exceeds that many times the running average of the accepted losses.
+    c.nan_guard = dict(max_consecutive=10, loss_spike_factor=0.0)
     c.distributed = dict(
         coordinator="",  # host:port; '' = auto-detect (TPU pod, SLURM) or single process
         num_processes=0, process_id=-1,
@@ -108,7 +113,7 @@ def default_config() -> ml_collections.ConfigDict:
 # ---------------------------------------------------------------------------------------------------------------------
 # Validation.
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config key or value a user wrote is not valid; the message names the fix."""
 
 
@@ -212,8 +217,17 @@ def resolve_durations(config: ml_collections.ConfigDict, train_examples: int) ->
     )
 
 
-def model_config(config: ml_collections.ConfigDict, num_classes: int):
-    """The ViTConfig a training config describes (the head size comes from the dataset)."""
+# What a checkpoint's architecture fixes, when a fine-tuning config takes its model from init.checkpoint.
+ARCHITECTURE_FIELDS = ("width", "depth", "mlp_dim", "num_heads", "patch_size", "pool", "posemb", "gelu",
+                       "resnet_layers", "resnet_width")
+
+
+def model_config(config: ml_collections.ConfigDict, num_classes: int, architecture=None):
+    """The ViTConfig a training config describes (the head size comes from the dataset).
+
+    `architecture` (the ViTConfig of init.checkpoint) supplies the architecture when model.variant is empty;
+    sizes set in the config still override it.
+    """
     from vit_jax.models.config import vit_config
 
     m = config.model
@@ -223,6 +237,12 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int):
     kw = {k: m[k] for k in fields}
     if m.resnet_layers:
         kw["resnet_layers"] = tuple(m.resnet_layers)
+    if not m.variant:
+        if architecture is None and len(overrides) < 4:
+            raise ConfigError("model.variant is empty: set it (e.g. Ti/16, B/16), give width, depth, mlp_dim and "
+                              "num_heads, or set init.checkpoint to take the architecture from")
+        if architecture is not None:
+            kw.update({k: getattr(architecture, k) for k in ARCHITECTURE_FIELDS})
     return vit_config(m.variant or None, num_classes=num_classes, **kw, **overrides)
 
 

@@ -62,6 +62,13 @@ class Hook(abc.ABC):
     def finish(self, step: int, it) -> None:
         self.run(step, it)
 
+    def state(self) -> dict | None:
+        """What the hook must carry over a restart (saved in every checkpoint's metadata), or None."""
+        return None
+
+    def restore(self, state: dict) -> None:
+        """Takes back what `state()` returned at the checkpoint the run resumes from."""
+
 
 class LogHook(Hook):
     """Training metrics every `log_every_steps`: loss, lr, norms, skips, img/s, step time, data-wait fraction, MFU,
@@ -90,7 +97,7 @@ class LogHook(Hook):
             self.run(step, it)
 
     def run(self, step, it):
-        if not self.pending:
+        if not self.pending or "lr" not in self.pending[-1]:  # nothing trained since the last log (or the restart)
             return
         t = self.trainer
         fetched = jax.device_get(self.pending)
@@ -136,6 +143,16 @@ class LogHook(Hook):
 
     def finish(self, step, it):
         self.run(step, it)
+
+    # The steps of the logging window not yet logged: a run resumed mid-window logs the same averages as one that
+    # was never interrupted.
+    def state(self):
+        fetched = jax.device_get(self.pending)
+        return {"loss": [float(m["loss"]) for m in fetched], "grad_norm": [float(m["grad_norm"]) for m in fetched]}
+
+    def restore(self, state):
+        self.pending = [{"loss": np.float32(loss), "grad_norm": np.float32(g)}
+                        for loss, g in zip(state.get("loss", []), state.get("grad_norm", []))] + self.pending
 
 
 class EvalHook(Hook):
@@ -245,10 +262,12 @@ def run_eval(trainer) -> dict[str, float]:
 
 
 def run_fewshot(trainer) -> dict[str, float]:
+    from vit_jax.parallel.distributed import SyncedJit
     from vit_jax.train.step import features_step
 
     if not hasattr(trainer, "_features_fn"):
-        trainer._features_fn = jax.jit(features_step(trainer.model), in_shardings=(trainer.param_sh, trainer.batch_sh))
+        trainer._features_fn = SyncedJit(jax.jit(features_step(trainer.model),
+                                                 in_shardings=(trainer.param_sh, trainer.batch_sh)), "features")
     c = trainer.config
     fs = c.eval.fewshot
     return fewshot_on_datasets(

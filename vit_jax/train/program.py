@@ -20,6 +20,7 @@ from vit_jax.models.flops import vit_flops
 from vit_jax.models.sharding_hints import activation_sharding
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.parallel import mesh as mesh_lib
+from vit_jax.parallel.distributed import SyncedJit
 from vit_jax.train import config as config_lib
 from vit_jax.train.optimizer import make_optimizer, make_schedule
 from vit_jax.train.step import init_state, make_eval_step, make_train_step
@@ -45,7 +46,8 @@ class TrainProgram:
         """Fresh state straight into its shardings (no host copy); or around given (already sharded) params."""
         key = jax.random.key(seed)
         params_key, train_key = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
-        make = jax.jit(lambda k, p: init_state(p, self.tx, jax.random.key_data(k)), out_shardings=self.state_sh)
+        spike = bool(self.config.nan_guard.loss_spike_factor)
+        make = jax.jit(lambda k, p: init_state(p, self.tx, jax.random.key_data(k), spike), out_shardings=self.state_sh)
         if params is None:
             params = jax.jit(self.model.init, out_shardings=self.param_sh)(params_key)
         return make(train_key, params)
@@ -68,9 +70,10 @@ class TrainProgram:
 
 
 def build_program(config: ml_collections.ConfigDict, num_classes: int, durations: config_lib.Durations,
-                  devices: Sequence[Any] | None = None) -> TrainProgram:
+                  devices: Sequence[Any] | None = None, architecture: ViTConfig | None = None) -> TrainProgram:
+    """`architecture`: the init checkpoint's ViTConfig, for configs that take their model from it."""
     c = config
-    model_cfg = config_lib.model_config(c, num_classes)
+    model_cfg = config_lib.model_config(c, num_classes, architecture)
     model = FunctionalViT(model_cfg)
     mesh = mesh_lib.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor, devices=devices)
     dp = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -82,7 +85,9 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
     tx = make_optimizer(c.optimizer, schedule, model.shapes)
 
     param_sh = mesh_lib.tree_shardings(model.logical_axes, model.shapes, mesh)
-    abstract = jax.eval_shape(lambda p: init_state(p, tx, jax.random.key_data(jax.random.key(0))), model.shapes)
+    spike = float(c.nan_guard.loss_spike_factor)
+    abstract = jax.eval_shape(lambda p: init_state(p, tx, jax.random.key_data(jax.random.key(0)), bool(spike)),
+                              model.shapes)
     rep = mesh_lib.replicated(mesh)
     state_sh = {k: rep for k in abstract}
     state_sh["params"] = param_sh
@@ -99,11 +104,12 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
         return wrapped
 
     step_fn = make_train_step(model, tx, schedule, loss_kind=c.loss.kind, micro_batches=c.micro_batches,
-                              label_smoothing=c.loss.label_smoothing, mixup_alpha=c.loss.mixup_alpha)
+                              label_smoothing=c.loss.label_smoothing, mixup_alpha=c.loss.mixup_alpha,
+                              loss_spike_factor=spike)
     train_step = jax.jit(with_hints(step_fn), in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, rep),
                          donate_argnums=0)
-    eval_step = jax.jit(with_hints(make_eval_step(model, c.loss.kind)), in_shardings=(param_sh, batch_sh),
-                        out_shardings=rep)
+    eval_step = SyncedJit(jax.jit(with_hints(make_eval_step(model, c.loss.kind)), in_shardings=(param_sh, batch_sh),
+                                  out_shardings=rep), "eval step")
     return TrainProgram(config=c, model_cfg=model_cfg, model=model, mesh=mesh, schedule=schedule, tx=tx,
                         param_sh=param_sh, state_sh=state_sh, batch_sh=batch_sh, abstract_state=abstract_state,
                         train_step=train_step, eval_step=eval_step, flops_per_image=vit_flops(model_cfg).train)

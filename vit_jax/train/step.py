@@ -1,6 +1,7 @@
 """The jitted train and eval steps (pure functions of state and batch; sharding is applied by the caller).
 
-Train state: {"params", "opt_state", "step", "rng" (key data of the run's seed), "skipped", "consecutive_skips"}.
+Train state: {"params", "opt_state", "step", "rng" (key data of the run's seed), "skipped", "consecutive_skips"}
+(and "loss_ema" with the loss-spike guard).
 All randomness of step s comes from fold_in(seed key, s), so a resumed run replays exactly the same dropout and
 mixup masks as an uninterrupted one.
 """
@@ -18,9 +19,11 @@ from vit_jax.models.vit import FunctionalViT
 from vit_jax.train.optimizer import LOSSES, smooth_labels
 
 
-def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.Array) -> dict[str, Any]:
-    """`rng_key_data`: raw key data (uint32) of the training key; stored so a checkpoint is self-contained."""
-    return {
+def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.Array,
+               loss_spike_guard: bool = False) -> dict[str, Any]:
+    """`rng_key_data`: raw key data (uint32) of the training key; stored so a checkpoint is self-contained.
+    `loss_spike_guard`: also keep the running average of the loss the spike guard compares with."""
+    state = {
         "params": params,
         "opt_state": tx.init(params),
         "step": jnp.zeros((), jnp.int32),
@@ -28,11 +31,16 @@ def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.
         "skipped": jnp.zeros((), jnp.int32),
         "consecutive_skips": jnp.zeros((), jnp.int32),
     }
+    if loss_spike_guard:
+        state["loss_ema"] = jnp.zeros((), jnp.float32)
+    return state
 
 
 def make_train_step(model: FunctionalViT, tx: optax.GradientTransformation, schedule: Callable, *,
                     loss_kind: str = "softmax_xent", micro_batches: int = 1, label_smoothing: float = 0.0,
-                    mixup_alpha: float = 0.0) -> Callable:
+                    mixup_alpha: float = 0.0, loss_spike_factor: float = 0.0) -> Callable:
+    """The train step. `loss_spike_factor` > 0 also skips a step whose loss exceeds that many times the running
+    average of the accepted losses (the state then carries `loss_ema`: see init_state)."""
     cfg = model.cfg
     loss_fn = LOSSES[loss_kind]
     needs_rng = bool(cfg.dropout or cfg.attention_dropout or cfg.drop_path)
@@ -68,9 +76,17 @@ def make_train_step(model: FunctionalViT, tx: optax.GradientTransformation, sche
             (loss, grads), _ = jax.lax.scan(body, zeros, (jnp.arange(micro_batches), split(images), split(labels)))
             loss, grads = jax.tree.map(lambda x: x / micro_batches, (loss, grads))
         grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, new_opt_state = tx.update(grads, state["opt_state"], params)
         new_params = optax.apply_updates(params, updates)
+        new_param_norm = optax.tree.norm(new_params)
+        # The guard: a step is applied only if its loss, gradients, update and resulting parameters are all finite
+        # (parameters can overflow to inf, or their norm can, from finite gradients under a huge learning rate),
+        # and, with loss_spike_factor, if its loss is not a spike over the recent average.
+        finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm) & jnp.isfinite(optax.tree.norm(updates))
+                  & jnp.isfinite(new_param_norm))
+        if loss_spike_factor:
+            ema = state["loss_ema"]
+            finite &= (ema == 0) | (loss <= loss_spike_factor * ema)
 
         def keep_if_finite(new, old):  # NaN/Inf guard: a bad step leaves params and optimizer state untouched
             return jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
@@ -85,10 +101,13 @@ def make_train_step(model: FunctionalViT, tx: optax.GradientTransformation, sche
             "skipped": skipped,
             "consecutive_skips": jnp.where(finite, 0, state["consecutive_skips"] + 1),
         }
+        if loss_spike_factor:  # the average the next step's loss is compared with (skipped steps do not count)
+            ema = state["loss_ema"]
+            new_state["loss_ema"] = jnp.where(finite, jnp.where(ema == 0, loss, 0.9 * ema + 0.1 * loss), ema)
         metrics = {
             "loss": loss,
             "grad_norm": grad_norm,
-            "param_norm": optax.tree.norm(new_params),
+            "param_norm": jnp.where(finite, new_param_norm, optax.tree.norm(params)),
             # Skipped steps do not advance optax's counters, so the schedule position is step - skipped.
             "lr": schedule(state["step"] - state["skipped"]),
             "finite": finite,

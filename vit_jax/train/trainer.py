@@ -16,7 +16,9 @@ import jax
 import ml_collections
 
 from vit_jax import __version__
+from vit_jax.errors import DIVERGED_EXIT_CODE, UserError
 from vit_jax.checkpoints.training import RunCheckpointer, git_commit, model_meta
+from vit_jax.parallel.distributed import barrier
 from vit_jax.train import config as config_lib
 from vit_jax.train import hooks as hooks_lib
 from vit_jax.train import workdir as wd
@@ -24,8 +26,10 @@ from vit_jax.train.metrics import TPU_CORES, MetricWriter, device_peak_flops, ta
 from vit_jax.train.program import build_program
 
 
-class NonFiniteError(RuntimeError):
-    """Too many consecutive non-finite steps."""
+class NonFiniteError(UserError, RuntimeError):
+    """Too many consecutive skipped (non-finite) steps: training diverged; the last good state is saved."""
+
+    exit_code = DIVERGED_EXIT_CODE
 
 
 def log(msg: str) -> None:
@@ -43,10 +47,14 @@ class Trainer:
         if self.is_main:
             wd.path(workdir).mkdir(parents=True, exist_ok=True)
         self.t_start = time.time()
+        if config.init.checkpoint:  # a wrong path is reported before data preparation and compilation
+            from vit_jax.checkpoints.loading import check_exists
+
+            check_exists(config.init.checkpoint)
         self._setup_data()
         self._setup_model_and_optimizer()
         self._setup_state()
-        self._preempted = False
+        self._preempted = 0  # the signal that asked this process to stop (0: none)
 
     # -----------------------------------------------------------------------------------------------------------------
     def _setup_data(self) -> None:
@@ -64,7 +72,8 @@ class Trainer:
         self.dur = config_lib.resolve_durations(self.config, self.train_examples)
 
     def _setup_model_and_optimizer(self) -> None:
-        self.program = p = build_program(self.config, self.ds.num_classes, self.dur)
+        self.program = p = build_program(self.config, self.ds.num_classes, self.dur,
+                                         architecture=self._init_architecture())
         # Short names for what hooks and tests read most.
         self.model_cfg, self.model, self.mesh = p.model_cfg, p.model, p.mesh
         self.param_sh, self.batch_sh, self.abstract_state = p.param_sh, p.batch_sh, p.abstract_state
@@ -76,15 +85,14 @@ class Trainer:
         self.ckpt = RunCheckpointer(str(wd.path(self.workdir, "checkpoints")), keep=ck.keep,
                                     keep_every=ck.keep_every_steps, async_save=ck.async_save)
         self.progress = {"train_time_s": 0.0, "wall_time_s": 0.0, "best": {}}
+        self._hook_states: dict[str, dict] = {}  # what each hook carried over the restart (see Hook.state)
+        self._hooks: list = []
         self.data_state: dict | None = None  # the restored iterator state, if resumed
-        latest = self.ckpt.latest_step()
-        if latest is not None:
-            self.state, data_state, meta = self.ckpt.restore(latest, self.abstract_state)
-            if meta.get("model") != model_meta(self.model_cfg):
-                raise config_lib.ConfigError(
-                    f"{self.workdir} holds a run of a different model ({meta.get('model', {}).get('width')}-wide); "
-                    "use a new --workdir")
+        restored = self.ckpt.restore_latest(self.abstract_state, log=log, check_meta=self._check_same_model)
+        if restored is not None:
+            latest, self.state, data_state, meta = restored
             self.progress = {**self.progress, **meta.get("progress", {})}
+            self._hook_states = meta.get("hooks", {})
             self.start_step = int(data_state["step"])
             self.data_state = data_state
             assert self.start_step == int(self.state["step"]), (self.start_step, int(self.state["step"]))
@@ -93,6 +101,24 @@ class Trainer:
             self.state = self._initial_state()
             self.start_step = 0
         self._wall_before = float(self.progress["wall_time_s"])  # earlier segments, up to their last checkpoint
+
+    def _init_architecture(self):
+        """The init checkpoint's architecture, for a config whose model.variant is empty (taken from init)."""
+        c = self.config
+        if c.model.variant or not c.init.checkpoint:
+            return None
+        if not hasattr(self, "_init_loaded"):
+            from vit_jax.checkpoints.loading import load_any
+
+            self._init_loaded = load_any(c.init.checkpoint)
+        log(f"architecture from {c.init.checkpoint}: {self._init_loaded[0].name}")
+        return self._init_loaded[0]
+
+    def _check_same_model(self, meta: dict) -> None:
+        if meta.get("model") != model_meta(self.model_cfg):
+            raise config_lib.ConfigError(
+                f"{self.workdir} holds a run of another model ({meta.get('model', {}).get('width')}-wide, this config "
+                f"is {self.model_cfg.width}-wide); use a new --workdir")
 
     def _initial_state(self) -> dict[str, Any]:
         c = self.config
@@ -106,7 +132,8 @@ class Trainer:
         from vit_jax.checkpoints.loading import load_any
         from vit_jax.checkpoints.surgery import adapt_params
 
-        src_cfg, src_params = load_any(c.init.checkpoint)
+        src_cfg, src_params = getattr(self, "_init_loaded", None) or load_any(c.init.checkpoint)
+        self._init_loaded = None  # the host copy is not needed once merged
         params, notes = adapt_params(src_params, src_cfg, self.program.init_params_host(c.seed), self.model_cfg,
                                      reinit=tuple(c.init.reinit), posemb_method=c.init.posemb_resize)
         log(f"initialised from {c.init.checkpoint} ({src_cfg.name})" + "".join(f"\n  {n}" for n in notes))
@@ -128,6 +155,7 @@ class Trainer:
             "version": __version__,
             "git_commit": git_commit(),
             "progress": self.progress,
+            "hooks": {type(h).__name__: st for h in self._hooks if (st := h.state()) is not None},
         }
 
     def save_checkpoint(self, step: int, data_state: dict, wait: bool = False) -> None:
@@ -136,8 +164,9 @@ class Trainer:
         self.ckpt.save(step, self.state, data_state, self.metadata(), wait=wait)
 
     def _install_preemption_handlers(self):
-        """SIGTERM/SIGINT (TPU/SLURM preemption, Ctrl-C) -> finish the step, save, exit 0. Multi-process jobs agree
-        on the step through JAX's preemption sync point (the coordination service relays the signal)."""
+        """SIGTERM/SIGINT (TPU/SLURM preemption, Ctrl-C) -> finish the step, save, stop (the command then exits 0
+        after SIGTERM, 130 after Ctrl-C). Multi-process jobs agree on the step through JAX's preemption sync point
+        (the coordination service relays the signal)."""
         if jax.process_count() > 1:
             return []
 
@@ -145,7 +174,7 @@ class Trainer:
             del frame
             if self._preempted:  # second signal: give up immediately
                 raise KeyboardInterrupt
-            self._preempted = True
+            self._preempted = signum
             print(f"received signal {signum}: stopping after this step and saving a checkpoint", flush=True)
 
         return [(s, signal.signal(s, handler)) for s in (signal.SIGTERM, signal.SIGINT)]
@@ -155,7 +184,7 @@ class Trainer:
             from jax.experimental import multihost_utils
 
             return bool(multihost_utils.reached_preemption_sync_point(step))
-        return self._preempted
+        return bool(self._preempted)
 
     # -----------------------------------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
@@ -178,7 +207,10 @@ class Trainer:
                                      stream=dict(window=c.data.stream_window, read_ahead=c.data.stream_read_ahead))
         if self.data_state is not None:
             it.explain_resume(self.data_state)  # a bucket stream resumed by another process count: one line
-        hooks = hooks_lib.default_hooks(self, writer)
+        hooks = self._hooks = hooks_lib.default_hooks(self, writer)
+        for hook in hooks:
+            if type(hook).__name__ in self._hook_states:
+                hook.restore(self._hook_states[type(hook).__name__])
         previous = self._install_preemption_handlers()
         step = self.start_step
         try:
@@ -187,9 +219,11 @@ class Trainer:
             compiled = None
             while step < total:
                 if self.should_stop(step):
+                    # Every process says where it stopped: a multi-process job must agree on the step.
+                    print(f"process {jax.process_index()}: stopping at step {step} to save and exit", flush=True)
                     self.save_checkpoint(step, it.get_state(), wait=True)
                     log(f"preempted: saved checkpoint at step {step}; rerun the same command to resume")
-                    return {"status": "preempted", "step": step}
+                    return {"status": "preempted", "step": step, "signal": int(self._preempted or signal.SIGTERM)}
                 with timer.data():
                     batch = next(it)
                 if compiled is None:
@@ -202,6 +236,7 @@ class Trainer:
                 pending = metrics
                 for hook in hooks:
                     hook.maybe_run(step, metrics, it, timer)
+                self.ckpt.check()  # a background save that failed (disk full, ...) stops the run now
             if pending is not None:
                 self._check_finite(pending, step, step, it)
             hooks_lib.finish_all(hooks, step, it)
@@ -226,12 +261,8 @@ class Trainer:
         spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=self.batch_sh) for k, v in batch.items()}
         compiled = self.program.compile_train_step(spec)
         self.compile_time_s = time.time() - t
+        barrier("compiled train step")  # the first step's collectives start together on every process
         log(f"compiled the train step in {self.compile_time_s:.1f}s")
-        # Processes other than 0 may compile what process 0 reads from the persistent cache (JAX writes it from
-        # process 0 only): meet before the first step's collective, which gloo gives only 30 s to join on CPU.
-        from vit_jax.parallel.distributed import barrier
-
-        barrier("vit_jax_train_step_compiled", self.config.distributed.initialization_timeout_s)
         return compiled
 
     def _check_finite(self, metrics, step: int, state_step: int, it) -> None:
@@ -241,7 +272,8 @@ class Trainer:
         if consecutive >= self.config.nan_guard.max_consecutive:
             self.save_checkpoint(state_step, it.get_state(), wait=True)
             raise NonFiniteError(
-                f"{consecutive} consecutive steps had a non-finite loss or gradient (up to step {step}); stopped. "
+                f"{consecutive} consecutive steps had a non-finite loss, gradient, update or parameters (or a loss "
+                f"spike) up to step {step}; stopped. "
                 f"The last good state is saved in {self.ckpt.directory}; lower optimizer.lr or check the data")
 
     def _print_startup(self) -> None:
