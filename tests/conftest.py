@@ -34,6 +34,32 @@ def start_job():
         job.kill()
 
 
+class BackgroundRun:
+    """A training job started in the background; `result()` waits for it and returns its workdir."""
+
+    def __init__(self, job, workdir: Path) -> None:
+        self.job, self.workdir = job, workdir
+
+    def result(self, timeout: float = 900) -> Path:
+        code = self.job.finish(timeout=timeout)
+        assert code == 0, self.job.tail()
+        return self.workdir
+
+
+@pytest.fixture(scope="session")
+def local_demo(tmp_path_factory, digits_data_dir):
+    """The README's demo (`make demo`: configs/demo.py) on local disk, started once per session when first asked
+    for and left running in the background: tests/test_demo.py checks it, tests/storage compares a bucket run's
+    accuracy with it."""
+    from tests.launch.helpers import Job, trainer
+
+    workdir = tmp_path_factory.mktemp("local_demo") / "demo"
+    run = BackgroundRun(Job(trainer(f"--config={ROOT / 'configs' / 'demo.py'}", f"--workdir={workdir}",
+                                    f"--config.data.data_dir={digits_data_dir}")), workdir)
+    yield run
+    run.job.kill()
+
+
 @pytest.fixture(scope="session")
 def golden_dir() -> Path:
     return GOLDEN
