@@ -29,6 +29,9 @@ INSTALL_REQUIRES = [
     "scikit-learn>=1.4",  # ships the embedded default dataset (handwritten digits)
     "tqdm>=4.60",
     "absl-py>=2.0",
+    # gs:// datasets, workdirs and checkpoints: etils.epath and our transfers go through fsspec's gcsfs (never
+    # tf.io.gfile, which cannot reach an emulator; see vit_jax/runtime.py). Pods need it, so it is not optional.
+    "gcsfs>=2026.9,<2027",
 ]
 
 setup(
@@ -44,7 +47,8 @@ setup(
     extras_require={
         # jax[tpu] brings libtpu (0.0.42.x for jax 0.10.2): the TPU compiler that `vit-jax plan --topology` and the
         # pod launcher's --preflight use on machines without a TPU, and that the tests exercise (684 MB).
-        "test": ["pytest>=8", "pytest-timeout>=2.2", "jax[tpu]>=0.10.2,<0.11"],
+        # gcp-storage-emulator: the GCS API server on localhost that tests/storage and `bench data --remote` use.
+        "test": ["pytest>=8", "pytest-timeout>=2.2", "jax[tpu]>=0.10.2,<0.11", "gcp-storage-emulator>=2026.7"],
         "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
     },

@@ -3,19 +3,13 @@ and leaves checkpoints, TensorBoard events, metrics, summary.json and the curve 
 
 import json
 import os
-import sys
 
 import pytest
 
-from tests.train.helpers import ROOT, run
-
 
 @pytest.mark.slow
-def test_demo_trains_to_95_percent(tmp_path, digits_data_dir):
-    workdir = tmp_path / "demo"
-    out = run([sys.executable, "-m", "vit_jax.main", f"--config={ROOT / 'configs' / 'demo.py'}", f"--workdir={workdir}",
-               f"--config.data.data_dir={digits_data_dir}"])
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_demo_trains_to_95_percent(local_demo):
+    workdir = local_demo.result()  # `make demo`'s command, run once per session (tests/conftest.py)
     summary = json.loads((workdir / "summary.json").read_text())
     assert summary["final"]["eval/top1"] >= 0.95, summary["final"]
     assert summary["final"]["eval/count"] == 360

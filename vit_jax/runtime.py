@@ -1,8 +1,9 @@
-"""Process-wide JAX set-up: the platform choice, simulated CPU devices, the persistent compilation cache, quiet
-TensorFlow.
+"""Process-wide set-up: the platform choice, the storage clients' environment, simulated CPU devices, the persistent
+compilation cache, quiet TensorFlow.
 
-Must run before the first JAX operation (device count and platform are fixed at backend start). `choose_platform`
-runs when the `vit_jax` package is imported (see vit_jax/__init__.py), before any of its modules imports JAX.
+`choose_platform` and `configure_storage_env` run when the `vit_jax` package is imported (vit_jax/__init__.py), before
+any of its modules imports JAX or a storage client; `configure_jax` must run before the first JAX operation (device
+count and platform are fixed at backend start).
 """
 
 from __future__ import annotations
@@ -59,6 +60,31 @@ def choose_platform() -> str | None:
         if not xla_bridge.backends_are_initialized():
             jax.config.update("jax_platforms", "cpu")
     return "cpu"
+
+
+def configure_storage_env(environ=os.environ) -> None:
+    """Derives every storage client's settings from the standard `STORAGE_EMULATOR_HOST`; idempotent, no imports.
+
+    Always: etils.epath reaches gs:// through fsspec/gcsfs, never tf.io.gfile (which TensorFlow's presence would
+    otherwise select): one client for checkpoints, metrics and data, with our retry accounting, and the one the
+    tests run against. With an emulator (`STORAGE_EMULATOR_HOST=http://host:port`, as Google's own clients read
+    it): tensorstore (Orbax's array writer) gets the same endpoint, gcsfs and tensorstore authenticate
+    anonymously instead of searching for credentials, and gcsfs uses its plain client (its default one probes the
+    bucket type over gRPC, which an emulator does not serve: a 60 s hang per probe). Values already set win.
+    """
+    environ.setdefault("EPATH_USE_TF", "false")
+    emulator = environ.get("STORAGE_EMULATOR_HOST", "")
+    if emulator in ("", "default"):
+        return
+    if "://" not in emulator:
+        emulator = f"http://{emulator}"
+    environ.setdefault("TENSORSTORE_GCS_HTTP_URL", emulator)
+    environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")  # tensorstore: a fixed token, no search
+    environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    environ.setdefault("FSSPEC_GS_TOKEN", "anon")
+    fsspec = sys.modules.get("fsspec")
+    if fsspec is not None and environ is os.environ:  # fsspec reads FSSPEC_* variables once, at its import
+        fsspec.config.conf.setdefault("gs", {}).setdefault("token", environ["FSSPEC_GS_TOKEN"])
 
 
 def configure_jax(num_cpu_devices: int | None = None, cache_dir: str | os.PathLike | None = None) -> None:

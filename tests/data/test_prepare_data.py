@@ -56,9 +56,3 @@ def test_prepare_imagenet21k_with_manual_dir_naming_the_archive(tmp_path, gen, c
     assert prepare.main(argv) == 0
     out = capsys.readouterr().out
     assert "train: 6 examples" in out and "validation: 2 examples" in out and "deleted the build's staging folder" in out
-
-
-def test_prepare_with_a_url_data_dir_is_a_one_line_error(capsys):
-    assert prepare.main(["digits", "--data_dir", "gs://bucket/tfds"]) == 1
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("prepare-data: data_dir gs://bucket/tfds: ") and "local" in err

@@ -1,5 +1,5 @@
-"""Fixtures for the launcher tests: the digits dataset prepared once per session, jobs killed at teardown, the
-uninterrupted reference runs, and the local SLURM cluster."""
+"""Fixtures for the launcher tests: the digits dataset prepared once per session, the uninterrupted reference runs,
+and the local SLURM cluster (jobs killed at teardown: tests/conftest.py's start_job)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,6 @@ from pathlib import Path
 import pytest
 
 from tests.launch.helpers import STEPS, Job, train_args, trainer, two_process
-
-
-@pytest.fixture
-def start_job():
-    """start_job(command) -> Job; every job still running at the end of the test is killed."""
-    jobs: list[Job] = []
-
-    def start(command: list[str]) -> Job:
-        jobs.append(Job(command))
-        return jobs[-1]
-
-    yield start
-    for job in jobs:
-        job.kill()
 
 
 @pytest.fixture(scope="session")

@@ -74,9 +74,9 @@ def complete_checkpoints(workdir: Path) -> list[int]:
 class Job:
     """One subprocess (a launcher or a single trainer) with its merged output collected line by line."""
 
-    def __init__(self, command: list[str]):
+    def __init__(self, command: list[str], env: dict[str, str] | None = None):
         self.command = command
-        self.proc = subprocess.Popen(command, env=job_env(), cwd=ROOT, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(command, env=env or job_env(), cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
         self.lines: list[str] = []
         self._cond = threading.Condition()

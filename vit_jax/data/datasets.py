@@ -2,7 +2,8 @@
 
 Names: "digits", "imagenet21k" (= "imagenet21k/fall11"), "imagenet21k/winter21", "folder:/abs/path", or any
 TFDS name ("cifar10", "imagenet2012", "oxford_iiit_pet:3.*.*" ...). Nothing touches the network unless
-`download=True`.
+`download=True`, or the data_dir is a bucket (gs://...): then a dataset is read from there (streamed by the
+pipeline, see stream_plan.py), and one that is not there yet is built in a local staging folder and uploaded.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from vit_jax.data.sources import RecordSource
 from vit_jax.errors import UserError, one_line
+from vit_jax.storage import remote
 
 # Manual files of the standard datasets we name in errors (TFDS's own instructions are long).
 KNOWN_MANUAL_FILES = {"imagenet2012": ["ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"]}
@@ -30,19 +32,23 @@ def default_data_dir() -> str:
     return os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
 
 
-def is_url(path: str) -> bool:
-    """`gs://...`, `s3://...`: a path with a scheme, which os.path must never touch (abspath makes it /cwd/gs:/...)."""
-    return re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
+is_url = remote.is_url
+INFO_FILES = ("features.json", "dataset_info.json")  # TFDS reads these to open a dataset: uploaded last, in order
+
+
+def default_staging_dir(url: str) -> str:
+    """Where a dataset for a bucket is built before upload: $VIT_JAX_STAGING_DIR or ~/.cache/vit_jax/staging/..."""
+    root = os.environ.get("VIT_JAX_STAGING_DIR") or os.path.expanduser("~/.cache/vit_jax/staging")
+    return os.path.join(root, re.sub(r"[^A-Za-z0-9_.-]+", "_", url))
 
 
 def _check_local(path: str, what: str) -> None:
-    # TFRecord splits are read with os.pread, image folders and build staging through pathlib, and the pipeline's
-    # random access to ArrayRecord files would be one remote request per record: so a URL is refused up front,
-    # saying what works, before TFDS touches the network (or os.path.abspath turns it into /cwd/gs:/...).
+    # Image folders are read through pathlib: a URL is refused up front, saying what works, before anything
+    # touches the network (or os.path.abspath turns it into /cwd/gs:/...).
     if is_url(path):
-        raise DataNotFoundError(f"{what} {path}: vit_jax reads datasets from local disk only; copy it to a local "
-                                f"folder (e.g. `gcloud storage cp -r {path} /data/`) and pass that, or prepare the "
-                                f"dataset into a local --data_dir")
+        raise DataNotFoundError(f"{what} {path}: image folders are read from local disk only; copy it to a local "
+                                f"folder (e.g. `gcloud storage cp -r {path} /data/`) and pass that (the prepared "
+                                f"dataset may then go to a bucket with --data_dir gs://...)")
 
 
 def _import_tfds():
@@ -148,11 +154,16 @@ def prepare_builder(builder, name: str, manual_dir: str | None = None, download:
 
 
 class Dataset:
-    """A prepared dataset: sizes, classes, a JSON description, and random-access sources per split."""
+    """A prepared dataset: sizes, classes, a JSON description, and random-access sources per split.
+
+    A split is any TFDS split spec: `train`, `train[:10%]`, `train[99%:]`, `train[:1000]`, `train[10%:20%]`,
+    `train+validation` (exact counts, resolved by TFDS to file slices; see sources.py).
+    """
 
     def __init__(self, name: str, builder) -> None:
         self.name = name
         self.builder = builder
+        self.remote = is_url(str(builder.data_dir))  # in a bucket: the pipeline streams it
         self._sources: dict[str, RecordSource] = {}
 
     @property
@@ -160,8 +171,9 @@ class Dataset:
         return sorted(self.builder.info.splits.keys())
 
     def _check_split(self, split: str) -> None:
-        if split not in self.builder.info.splits:
-            raise ValueError(f"{self.name} has no split '{split}'; it has {', '.join(self.splits)}")
+        from vit_jax.data.sources import split_slices
+
+        split_slices(self.builder.info, split)  # ValueError naming the splits if the spec is not valid
 
     def num_examples(self, split: str) -> int:
         self._check_split(split)
@@ -200,29 +212,83 @@ class Dataset:
         out = {"name": self.name, "version": str(self.builder.info.version),
                "splits": {s: self.num_examples(s) for s in self.splits}, "num_classes": self.num_classes,
                "data_dir": str(self.builder.data_dir), "format": self.file_format}
-        report = Path(self.builder.data_dir) / BUILD_REPORT
-        if report.exists():
-            out["build_report"] = json.loads(report.read_text()).get("counts", {})
+        if self._build_report is not None:
+            out["build_report"] = self._build_report
         return out
 
-    def source(self, split: str) -> RecordSource:
-        """Random access to the split's records (opened once and shared)."""
+    @cached_property
+    def _build_report(self) -> dict | None:
+        """The build report's counts, read once (every checkpoint's metadata holds the description)."""
+        report = f"{self.builder.data_dir}/{BUILD_REPORT}"
+        data = (remote.read_bytes(report) if remote.exists(report) else None) if self.remote else (
+            Path(report).read_bytes() if Path(report).exists() else None)
+        return None if data is None else json.loads(data).get("counts", {})
+
+    def spooled_records(self, split: str, max_files: int | None = None):
+        """A fresh reader of a bucket split's records through a spool of its own (the caller closes it)."""
+        from vit_jax.data.sources import file_format_name, split_slices
+        from vit_jax.data.spool import SpooledRecords
+        from vit_jax.data.stream_plan import FETCH_THREADS
+
+        return SpooledRecords(split_slices(self.builder.info, split), file_format_name(self.builder.info),
+                              parallel=FETCH_THREADS, max_files=max_files)
+
+    def source(self, split: str, records=None) -> RecordSource:
+        """Random access to the split's records (opened once and shared), or over `records` (not shared). In a
+        bucket, whole files are fetched on demand and the two most recently used kept: sequential reading is fine,
+        random access is not (the pipeline streams instead)."""
+        if records is not None:
+            return RecordSource(self.builder, split, records=records)
         self._check_split(split)
         if split not in self._sources:
-            self._sources[split] = RecordSource(self.builder, split)
+            records = self.spooled_records(split, max_files=2) if self.remote else None
+            self._sources[split] = RecordSource(self.builder, split, records=records)
         return self._sources[split]
+
+
+def upload_prepared(local: Dataset, staging_dir: str, url: str, progress: bool = True) -> dict:
+    """Copies a dataset built under `staging_dir` to the same place under `url`, file by file, skipping files
+    uploaded before (same size: a rerun resumes) and writing features.json then dataset_info.json last: until then
+    the dataset is not prepared for any reader (TFDS, and this module, check dataset_info.json first)."""
+    version_dir = str(local.builder.data_dir)
+    rel = os.path.relpath(version_dir, staging_dir)
+    target = f"{url.rstrip('/')}/{rel}"
+    counts = remote.upload_tree(version_dir, target, last=INFO_FILES, progress=progress)
+    print(f"uploaded {local.name} to {target}: {counts['uploaded']} files ({counts['bytes'] / 2**20:.1f} MiB), "
+          f"{counts['skipped']} already there")
+    return counts
+
+
+def _open_remote(name: str, url: str, manual_dir: str | None, prepare: bool, download: bool,
+                 num_workers: int | None) -> Dataset:
+    remote.check_location(url, "data_dir")  # a missing or unreachable bucket: one line, before anything else
+    builder = make_builder(name, url)
+    # Checked directly: TFDS's is_prepared() uses fsspec's exists(), which answers False when the bucket fails.
+    if remote.exists(f"{builder.data_dir}/dataset_info.json"):
+        return Dataset(name, builder)
+    if not prepare:
+        raise DataNotFoundError(f"{name} is not prepared in {url}: run `vit-jax prepare-data {name} --data_dir {url}`")
+    staging = default_staging_dir(url)
+    local = open_dataset(name, staging, manual_dir=manual_dir, prepare=True, download=download,
+                         num_workers=num_workers)
+    upload_prepared(local, staging, url)
+    shutil.rmtree(staging, ignore_errors=True)
+    return Dataset(name, make_builder(name, url))
 
 
 def open_dataset(name: str, data_dir: str | None = None, manual_dir: str | None = None, prepare: bool = True,
                  download: bool = False, num_workers: int | None = None) -> Dataset:
     """Opens a prepared dataset, building it first when possible (digits, folders, manual files) and allowed.
 
-    data_dir=None means $TFDS_DATA_DIR or ~/tensorflow_datasets. `download=True` lets TFDS fetch data.
+    data_dir=None means $TFDS_DATA_DIR or ~/tensorflow_datasets. `download=True` lets TFDS fetch data. A bucket
+    data_dir (gs://...) is checked first (a missing bucket is a one-line StorageError); a dataset that is not
+    there is built in default_staging_dir(data_dir) and uploaded (see upload_prepared).
     """
     data_dir = data_dir or default_data_dir()
-    _check_local(data_dir, "data_dir")
     if name.startswith("folder:"):
         _check_local(name[len("folder:"):], "image folder")
+    if is_url(data_dir):
+        return _open_remote(name, data_dir.rstrip("/"), manual_dir, prepare, download, num_workers)
     data_dir = os.path.abspath(os.path.expanduser(data_dir))
     builder = make_builder(name, data_dir)
     if not builder.is_prepared():

@@ -1,6 +1,7 @@
 """The input pipeline: one mechanism for train and eval, producing global `jax.Array` batches.
 
-Guarantees (tested in tests/data/test_pipeline.py):
+Guarantees for local data (tested in tests/data/test_pipeline.py; a dataset in a bucket is streamed instead, see
+stream_plan.py and docs/data.md):
 - The global batch at step s is a pure function of (seed, s): the same records in the same order with the same
   augmentation randomness for any number of processes or devices (see indexing.py). Each process loads only the
   rows of the batch its devices hold, read from the batch sharding, and the rows of all processes are stitched
@@ -148,10 +149,12 @@ class _Recycler:
 
 
 class _Loader:
-    """Loads and preprocesses examples by record index; substitutes undecodable records."""
+    """Loads and preprocesses examples by record index; substitutes undecodable records (by default with the next
+    record of the split; a plan may choose another rule as `substitute`)."""
 
-    def __init__(self, ds: Dataset, split: str, pp: str, seed: int) -> None:
-        self.source = ds.source(split)
+    def __init__(self, ds: Dataset, split: str, pp: str, seed: int, source=None) -> None:
+        self.source = source if source is not None else ds.source(split)
+        self.substitute = lambda record, attempt: (int(record) + attempt) % len(self.source)
         self.preprocess = pp_lib.build(pp)
         self.seed = seed
         self.num_classes = ds.num_classes
@@ -165,7 +168,7 @@ class _Loader:
                      image_out: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], int]:
         """(example, number of undecodable records skipped to produce it); see pp.IMAGE_OUT for image_out."""
         for attempt in range(MAX_SUBSTITUTES + 1):
-            index = (int(record) + attempt) % len(self.source)
+            index = self.substitute(record, attempt)
             try:
                 raw = self.source[index]
                 ex = dict(raw)
@@ -180,7 +183,7 @@ class _Loader:
                     self.substituted += 1
                     if self.substituted <= 10:
                         log.warning("record %d is undecodable (%s); record %d fills its row (masked out in eval)",
-                                    index, e, (index + 1) % len(self.source))
+                                    index, e, self.substitute(record, attempt + 1))
         raise RuntimeError(f"{MAX_SUBSTITUTES + 1} consecutive records from {record} cannot be decoded; "
                            f"the prepared data is damaged: prepare it again")
 
@@ -223,6 +226,22 @@ class BatchPlan:
         self.train = train
         self.num_records = num_records
         self.schedule = indexing.EpochSchedule(num_records, seed, fraction if train else 1.0, shuffle=train)
+        self.eval_steps = math.ceil(num_records / global_batch_size)
+
+    def substitute(self, record: int, attempt: int) -> int:
+        return (int(record) + attempt) % self.num_records
+
+    def schedule_steps(self, oldest_step: int, newest_step: int) -> None:
+        """Local files need no fetching (see stream_plan.StreamPlan.schedule_steps)."""
+
+    def state(self, step: int) -> dict:
+        return {}  # the global order is a function of the step alone
+
+    def explain_resume(self, saved: dict, step: int) -> None:
+        return None  # any topology continues exactly
+
+    def close(self) -> None:
+        pass
 
     def rows(self, step: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(record indices, global positions, eval mask or None) of rows [lo, hi) at `step`."""
@@ -245,20 +264,31 @@ def load_local_batch(loader: _Loader, plan: BatchPlan, step: int, lo: int, hi: i
 
 
 class BatchIterator:
-    """Prefetching iterator of global batches over steps [start, end) (end=None: forever)."""
+    """Prefetching iterator of global batches over steps [start, end) (end=None: forever in training, one pass in
+    eval). A dataset in a bucket is streamed (stream_plan.py); `stream` holds its window and read-ahead."""
 
     def __init__(self, ds: Dataset, split: str, pp: str, global_batch_size: int, sharding, *, train: bool,
                  seed: int, fraction: float, start_step: int, end_step: int | None, num_workers: int | None,
-                 prefetch: int, to_device: bool = True) -> None:
+                 prefetch: int, to_device: bool = True, stream: dict | None = None) -> None:
         self.dataset_name, self.split, self.seed, self.fraction = ds.name, split, int(seed), float(fraction)
         self.global_batch_size = int(global_batch_size)
-        self.loader = _Loader(ds, split, pp, self.seed)
-        self.plan = BatchPlan(len(self.loader.source), self.global_batch_size, train=train, seed=self.seed,
-                              fraction=fraction)
         self._sharding = sharding
         self._field_sharding = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec[:1]))
         self.lo, self.hi = indexing.sharding_rows(sharding, self.global_batch_size)
-        self._end = end_step
+        if ds.remote:
+            from vit_jax.data.stream_plan import StreamPlan
+
+            records = ds.spooled_records(split)
+            self.loader = _Loader(ds, split, pp, self.seed, source=ds.source(split, records=records))
+            self.plan = StreamPlan(records, self.global_batch_size, self.lo, self.hi, jax.process_index(),
+                                   jax.process_count(), train=train, seed=self.seed, fraction=fraction,
+                                   **(stream or {}))
+            self.loader.substitute = self.plan.substitute
+        else:
+            self.loader = _Loader(ds, split, pp, self.seed)
+            self.plan = BatchPlan(len(self.loader.source), self.global_batch_size, train=train, seed=self.seed,
+                                  fraction=fraction)
+        self._end = end_step if train or end_step is not None else self.plan.eval_steps
         self._to_device = to_device  # False: process-local numpy batches (benchmarks, debugging)
         self._prefetch = max(0, int(prefetch))
         self._num_workers = num_workers or os.cpu_count() or 1
@@ -293,6 +323,7 @@ class BatchIterator:
 
     def _fill(self) -> None:
         while len(self._queue) <= self._prefetch and (self._end is None or self._submitted < self._end):
+            self.plan.schedule_steps(self._step, self._submitted)
             records, positions, mask = self.plan.rows(self._submitted, self.lo, self.hi)
             rows = _Rows(len(records), spare=self._recycler.take())
             chunks = [self._workers.submit(self.loader.load_rows, rows, records, positions, lo, hi, mask)
@@ -336,9 +367,18 @@ class BatchIterator:
         return self._undecodable
 
     def get_state(self) -> dict:
-        """JSON-able state, identical on every process; pass to set_state (or start_step) to resume exactly."""
-        return {"version": STATE_VERSION, "step": self._step, "seed": self.seed, "fraction": self.fraction,
-                "global_batch_size": self.global_batch_size, "split": self.split, "dataset": self.dataset_name}
+        """JSON-able state, identical on every process; pass to set_state (or start_step) to resume exactly. A
+        bucket stream adds its process count and each process's position (examples it consumed)."""
+        state = {"version": STATE_VERSION, "step": self._step, "seed": self.seed, "fraction": self.fraction,
+                 "global_batch_size": self.global_batch_size, "split": self.split, "dataset": self.dataset_name}
+        return {**state, **self.plan.state(self._step)}
+
+    def explain_resume(self, saved: dict) -> str | None:
+        """One line (logged by process 0) when resuming from `saved` does not continue exactly; else None."""
+        line = self.plan.explain_resume(saved, self._step)
+        if line and jax.process_index() == 0:
+            log.warning(line)
+        return line
 
     def set_state(self, state: dict) -> None:
         """Continues from a state saved by get_state() (on any topology)."""
@@ -354,6 +394,7 @@ class BatchIterator:
         self._reset(self._step)
         self._workers.shutdown(wait=True, cancel_futures=True)
         self._assembler.shutdown(wait=True, cancel_futures=True)
+        self.plan.close()
 
     def __enter__(self) -> "BatchIterator":
         return self
@@ -369,17 +410,21 @@ class BatchIterator:
 
 def train_iterator(ds: Dataset, split: str = "train", pp: str = "decode|value_range(-1,1)", *,
                    global_batch_size: int, sharding, seed: int = 0, start_step: int = 0, fraction: float = 1.0,
-                   num_workers: int | None = None, prefetch: int = 2, state: dict | None = None) -> BatchIterator:
-    """Endless shuffled training batches (dict of global jax.Arrays) starting at `start_step` (or `state`)."""
+                   num_workers: int | None = None, prefetch: int = 2, state: dict | None = None,
+                   stream: dict | None = None) -> BatchIterator:
+    """Endless shuffled training batches (dict of global jax.Arrays) starting at `start_step` (or `state`).
+    `stream`: window and read_ahead of a bucket stream (stream_plan.StreamPlan)."""
     it = BatchIterator(ds, split, pp, global_batch_size, sharding, train=True, seed=seed, fraction=fraction,
-                       start_step=start_step, end_step=None, num_workers=num_workers, prefetch=prefetch)
+                       start_step=start_step, end_step=None, num_workers=num_workers, prefetch=prefetch,
+                       stream=stream)
     if state is not None:
         it.set_state(state)
     return it
 
 
 def num_eval_batches(ds: Dataset, split: str, global_batch_size: int) -> int:
-    """Batches in one eval pass: ceil(split size / global batch size)."""
+    """Batches in one eval pass of local data: ceil(split size / global batch size). (A bucket stream pads every
+    process's share to the longest one: `len(eval_iterator(...))`.)"""
     return math.ceil(ds.num_examples(split) / global_batch_size)
 
 
@@ -389,5 +434,4 @@ def eval_iterator(ds: Dataset, split: str = "test", pp: str = "decode|value_rang
     """One pass over the split in order; `_mask` is 1 for real rows, 0 for the padding of the last batch and for
     undecodable records (counted in `num_undecodable`)."""
     return BatchIterator(ds, split, pp, global_batch_size, sharding, train=False, seed=seed, fraction=1.0,
-                         start_step=0, end_step=num_eval_batches(ds, split, global_batch_size),
-                         num_workers=num_workers, prefetch=prefetch)
+                         start_step=0, end_step=None, num_workers=num_workers, prefetch=prefetch)

@@ -5,6 +5,13 @@ Examples:
   vit-jax prepare-data imagenet21k/fall11 --data_dir /data/tfds --manual_dir /data/raw
   vit-jax prepare-data folder:/data/my_photos
   vit-jax prepare-data cifar10 --download          # the only way anything is fetched from the network
+  vit-jax prepare-data digits --data_dir gs://bucket/tfds
+
+A bucket data_dir (gs://...): the dataset is built and verified in a local staging folder (--staging_dir, default
+~/.cache/vit_jax/staging/<url>: it needs the dataset's size on local disk), then uploaded file by file with a
+progress bar; files already in the bucket with the same size are skipped, so rerunning after a crash resumes.
+features.json and dataset_info.json go last: until they are there, no reader takes the dataset as prepared. The
+staging folder is deleted after the upload (--keep_staging keeps it).
 
 Interrupted builds resume: finished per-synset / per-class units are recorded in <data_dir>/downloads/ and
 skipped (that staging folder is small, and deleted once the build succeeds).
@@ -17,10 +24,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import shutil
 import sys
 from pathlib import Path
 
 from vit_jax.data import datasets
+from vit_jax.storage.remote import StorageError
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -34,6 +43,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=None, help="image-checking threads (default: all cores)")
     p.add_argument("--no_verify", action="store_true", help="skip the verification pass")
     p.add_argument("--show_classes", type=int, default=20, help="print every class count up to this many classes")
+    p.add_argument("--staging_dir", default=None, help="bucket data_dir: where to build before uploading")
+    p.add_argument("--keep_staging", action="store_true", help="bucket data_dir: keep the local build after upload")
     return p.parse_args(argv)
 
 
@@ -67,17 +78,42 @@ def verify(ds: datasets.Dataset, show_classes: int = 20) -> dict:
     return summary
 
 
+def prepare_in_bucket(args: argparse.Namespace) -> datasets.Dataset:
+    """Builds and verifies locally, uploads (resuming), returns the dataset as read from the bucket."""
+    url = args.data_dir.rstrip("/")
+    try:
+        ds = datasets.open_dataset(args.dataset, data_dir=url, prepare=False)
+        print(f"{args.dataset} is prepared in {url} already")
+        return ds
+    except datasets.DataNotFoundError:
+        pass
+    staging = args.staging_dir or datasets.default_staging_dir(url)
+    local = datasets.open_dataset(args.dataset, data_dir=staging, manual_dir=args.manual_dir, prepare=True,
+                                  download=args.download, num_workers=args.workers)
+    if not args.no_verify:
+        verify(local, args.show_classes)  # before the upload, from local disk (class_counts.json goes up too)
+    datasets.upload_prepared(local, staging, url)
+    if not args.keep_staging:
+        shutil.rmtree(staging, ignore_errors=True)
+        print(f"deleted the staging folder {staging}")
+    return datasets.open_dataset(args.dataset, data_dir=url, prepare=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Prepares (if needed) and verifies one dataset; returns a process exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    in_bucket = bool(args.data_dir) and datasets.is_url(args.data_dir)
     try:
-        ds = datasets.open_dataset(args.dataset, data_dir=args.data_dir, manual_dir=args.manual_dir, prepare=True,
-                                   download=args.download, num_workers=args.workers)
-    except datasets.DataNotFoundError as e:
+        if in_bucket:
+            ds = prepare_in_bucket(args)
+        else:
+            ds = datasets.open_dataset(args.dataset, data_dir=args.data_dir, manual_dir=args.manual_dir,
+                                       prepare=True, download=args.download, num_workers=args.workers)
+        print(json.dumps(ds.description(), indent=1))
+    except (datasets.DataNotFoundError, StorageError) as e:
         print(f"prepare-data: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(ds.description(), indent=1))
-    if not args.no_verify:
+    if not (args.no_verify or in_bucket):  # a bucket's copy was verified before its upload
         verify(ds, args.show_classes)
     return 0
 

@@ -1,6 +1,11 @@
 """Random-access record sources over prepared TFDS splits, for ArrayRecord and TFRecord files alike.
 
-ArrayRecord files are read through TFDS's own data source. TFRecord files (how most existing TFDS copies are
+A split is any TFDS split spec (`train`, `train[:10%]`, `train[99%:]`, `train[:1000]`, `train+validation`):
+TFDS resolves it to file slices (file, skip, take), and the records of a source are those slices concatenated, so
+the counts are exact. The same slices feed the local readers here and the streaming reader of a bucket
+(spool.py), which reads local copies of the files with these same readers.
+
+ArrayRecord files are read through array_record's data source. TFRecord files (how most existing TFDS copies are
 stored) have no index, so `TfrecordRecords` scans the record headers once (framing: uint64 length, uint32 masked
 crc, data, uint32 masked crc) and then reads any record with one `os.pread`, which is thread-safe. Neither path
 imports TensorFlow: tf.Example protos are parsed by TFDS's numpy parser or, for the flat features of vit_jax's
@@ -11,26 +16,76 @@ values ~8x faster (~7 us instead of ~55 us per record: a tenth of the pipeline's
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import struct
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from vit_jax.data.decode import DecodeError
+from vit_jax.errors import UserError, one_line
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSlice:
+    """Records [skip, skip + take) of one file holding `examples_in_shard` records (array_record's protocol)."""
+
+    filename: str
+    skip: int
+    take: int
+    examples_in_shard: int
+
+
+class SplitError(UserError, ValueError):
+    """A split spec the dataset does not have; the message names its splits and the syntax."""
+
+
+def split_slices(info, split: str) -> list[FileSlice]:
+    """The file slices of a split spec, in TFDS's order; SplitError naming the splits if the spec is not valid."""
+    try:
+        instructions = info.splits[split].file_instructions
+    except Exception as e:  # noqa: BLE001 - TFDS raises ValueError, KeyError or AssertionError for bad specs
+        names = ", ".join(sorted(info.splits.keys()))
+        raise SplitError(f"{info.name} has no split '{split}' ({one_line(e)}); it has {names}, and TFDS slices of them such "
+                         f"as train[:10%], train[99%:], train[:1000], train+validation") from e
+    return [FileSlice(os.fspath(i.filename), int(i.skip), int(i.take), int(i.examples_in_shard))
+            for i in instructions if int(i.take) > 0]
+
+
+def file_format_name(info) -> str:
+    """'array_record' or 'tfrecord' (TFDS's default when the info names none)."""
+    import tensorflow_datasets as tfds
+
+    if info.file_format == tfds.core.FileFormat.ARRAY_RECORD:
+        return "array_record"
+    if info.file_format in (tfds.core.FileFormat.TFRECORD, None):
+        return "tfrecord"
+    raise ValueError(f"{info.name}: file format {info.file_format} is not supported; prepare it as array_record")
+
+
+def read_records(file_format: str, slices: Sequence[FileSlice]):
+    """Random access to the raw records of local file slices (concatenated in order)."""
+    if file_format == "array_record":
+        from array_record.python.array_record_data_source import ArrayRecordDataSource
+
+        return ArrayRecordDataSource(list(slices))
+    return TfrecordRecords(slices)
 
 
 class TfrecordRecords:
-    """Random access to the records of a list of TFRecord files (concatenated in order)."""
+    """Random access to the records of slices of TFRecord files (concatenated in order)."""
 
-    def __init__(self, paths: list[str]) -> None:
-        self._fds = [os.open(p, os.O_RDONLY) for p in paths]
+    def __init__(self, slices: Sequence[FileSlice]) -> None:
+        self._fds = [os.open(s.filename, os.O_RDONLY) for s in slices]
         self._offsets: list[np.ndarray] = []
         self._lengths: list[np.ndarray] = []
-        for path in paths:
-            offsets, lengths = self._scan(path)
-            self._offsets.append(offsets)
-            self._lengths.append(lengths)
+        for s in slices:
+            offsets, lengths = self._scan(s.filename)
+            if s.skip + s.take > len(offsets):
+                raise ValueError(f"{s.filename}: holds {len(offsets)} records, the split needs {s.skip + s.take}")
+            self._offsets.append(offsets[s.skip:s.skip + s.take])
+            self._lengths.append(lengths[s.skip:s.skip + s.take])
         self._starts = np.cumsum([0] + [len(o) for o in self._offsets]).tolist()
 
     @staticmethod
@@ -108,32 +163,27 @@ def _flat_parser(features):
 
 
 class RecordSource:
-    """A split as a random-access sequence of example dicts; image features stay encoded bytes.
+    """A split (any TFDS split spec) as a random-access sequence of example dicts; images stay encoded bytes.
 
-    Records that exist but cannot be parsed raise DecodeError (the pipeline substitutes them); missing files
-    and I/O errors propagate.
+    `records` replaces the local readers of the split's files (spool.SpooledRecords for a bucket). Records that
+    exist but cannot be parsed raise DecodeError (the pipeline substitutes them); missing files and I/O errors
+    propagate.
     """
 
-    def __init__(self, builder, split: str) -> None:
+    def __init__(self, builder, split: str, records=None) -> None:
         import tensorflow_datasets as tfds
 
         info = builder.info
         self.split = split
+        self.file_format = file_format_name(info)
+        self.slices = split_slices(info, split)
         self._features = info.features
         # Images are decoded by our ops (with JPEG draft scaling), never by TFDS.
         self._decoders = {k: tfds.decode.SkipDecoding() for k, f in info.features.items()
                           if isinstance(f, tfds.features.Image)}
         self._parse = _flat_parser(info.features) or (
             lambda raw: self._features.deserialize_example_np(raw, decoders=self._decoders))
-        if info.file_format == tfds.core.FileFormat.ARRAY_RECORD:
-            self._records = builder.as_data_source(split=split).data_source
-            self.file_format = "array_record"
-        elif info.file_format in (tfds.core.FileFormat.TFRECORD, None):
-            paths = [os.fspath(p) for p in info.splits[split].filepaths]
-            self._records = TfrecordRecords(paths)
-            self.file_format = "tfrecord"
-        else:
-            raise ValueError(f"{info.name}: file format {info.file_format} is not supported; prepare it as array_record")
+        self._records = records if records is not None else read_records(self.file_format, self.slices)
         self._length = len(self._records)
 
     def __len__(self) -> int:

@@ -40,6 +40,10 @@ def default_config() -> ml_collections.ConfigDict:
         fraction=1.0,  # use this fraction of the training split (data-size sweeps)
         num_workers=0,  # decode threads per process; 0 = automatic
         prefetch=2,  # batches in flight per process
+        # A data_dir in a bucket (gs://) is streamed: each process reads its own files, shuffled in windows of
+        # this many records (disk: about 1 + stream_read_ahead windows of records per process; docs/data.md).
+        stream_window=20_000,
+        stream_read_ahead=1,  # windows fetched ahead of the one being read
     )
     c.batch_size = 4096  # global
     c.micro_batches = 1  # gradient accumulation: the batch is processed in this many slices per update

@@ -72,11 +72,15 @@ class Hook(abc.ABC):
 
 class LogHook(Hook):
     """Training metrics every `log_every_steps`: loss, lr, norms, skips, img/s, step time, data-wait fraction, MFU,
-    cumulative exaFLOPs, device-hours / TPU-core-days, examples seen, epoch; and a console progress line."""
+    cumulative exaFLOPs, device-hours / TPU-core-days, examples seen, epoch; with a bucket workdir or data_dir, the
+    transient storage errors retried so far (this process); and a console progress line."""
 
     def __init__(self, trainer, writer):
         super().__init__(trainer)
+        from vit_jax.train import workdir as wd
+
         self.writer = writer
+        self.uses_bucket = not wd.is_local(trainer.workdir) or trainer.ds.remote
         self.every = trainer.config.log_every_steps
         self.pending: list[dict] = []
         self.t_last: float | None = None
@@ -107,6 +111,10 @@ class LogHook(Hook):
         }
         b = t.config.batch_size
         scalars.update(progress_scalars(t, step))
+        if self.uses_bucket:
+            from vit_jax.storage import remote
+
+            scalars["storage/retries"] = remote.retries()
         now = time.perf_counter()
         wall, steps = now - self.t_last, step - self.step_last
         line = f"step {step}/{self.total} ({100 * step / self.total:.0f}%)"

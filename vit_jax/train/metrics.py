@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -52,28 +55,39 @@ def device_peak_flops(device=None) -> tuple[float, str]:
 class MetricWriter:
     """TensorBoard events (clu) plus `metrics.jsonl`, written by process 0 only; other processes just log.
 
-    Locally the JSON lines are appended; on a bucket (no append there) the file is rewritten whole at each write.
-    A run resumed at `resume_step` first drops the lines logged after that step by the interrupted segment (it
-    trains those steps again), so every step appears once.
+    A resumed run at `resume_step` first drops the lines logged after that step by the interrupted segment (it
+    trains those steps again), so every step appears once. Locally, lines are appended and events written in place.
+    In a bucket (no append; one request per write): lines are kept in memory and `metrics.jsonl` is rewritten whole
+    by `flush()`, and TensorBoard writes to a local mirror folder whose changed event files `flush()` uploads whole
+    (tf.summary's own gs:// writer goes through tf.io.gfile, which only reaches real GCS). `write()` flushes at most
+    every `flush_interval_s`; the trainer also flushes before every checkpoint, so the lines of every step up to a
+    checkpoint are in the bucket before it is, and a crash loses only lines that the resumed run writes again.
     """
 
-    def __init__(self, workdir: str, enabled: bool, resume_step: int = 0):
+    def __init__(self, workdir: str, enabled: bool, resume_step: int = 0, flush_interval_s: float = 30.0):
         self.enabled = enabled
         self._tb = None
-        if enabled:
-            from clu import metric_writers
+        if not enabled:
+            return
+        from clu import metric_writers
 
-            from vit_jax.train import workdir as wd
+        from vit_jax.train import workdir as wd
 
-            wd.path(workdir).mkdir(parents=True, exist_ok=True)
-            self._tb = metric_writers.create_default_writer(str(wd.path(workdir, "tb")), asynchronous=True)
-            self._path = wd.path(workdir, "metrics.jsonl")
-            self._local = wd.is_local(workdir)
-            self._lines = self._path.read_text().splitlines(True) if self._path.exists() else []
-            kept = [line for line in self._lines if line.strip() and json.loads(line)["step"] <= resume_step]
-            if len(kept) != len(self._lines):
-                self._path.write_text("".join(kept))
-            self._lines = [] if self._local else kept
+        self._local = wd.is_local(workdir)
+        self._tb_dir = wd.path(workdir, "tb")
+        self._mirror = None if self._local else tempfile.mkdtemp(prefix="vit_jax_tb_")
+        self._uploaded: dict[str, int] = {}
+        self._flush_interval_s = flush_interval_s
+        self._flushed_at = time.monotonic()
+        self._dirty = False
+        wd.path(workdir).mkdir(parents=True, exist_ok=True)
+        self._tb = metric_writers.create_default_writer(self._mirror or str(self._tb_dir), asynchronous=True)
+        self._path = wd.path(workdir, "metrics.jsonl")
+        self._lines = self._path.read_text().splitlines(True) if self._path.exists() else []
+        kept = [line for line in self._lines if line.strip() and json.loads(line)["step"] <= resume_step]
+        if len(kept) != len(self._lines):
+            wd.write_bytes(self._path, "".join(kept).encode())
+        self._lines = [] if self._local else kept
 
     def write(self, step: int, scalars: dict[str, Any]) -> None:
         if not self.enabled:
@@ -84,14 +98,40 @@ class MetricWriter:
         if self._local:
             with open(self._path, "a") as f:
                 f.write(line)
-        else:
-            self._lines.append(line)
-            self._path.write_text("".join(self._lines))
+            return
+        self._lines.append(line)
+        self._dirty = True
+        if time.monotonic() - self._flushed_at >= self._flush_interval_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Makes everything written so far durable: in a bucket, rewrites metrics.jsonl and uploads new events."""
+        if self.enabled:
+            self._tb.flush()
+            self._sync()
+
+    def _sync(self) -> None:
+        if self._local:
+            return
+        from vit_jax.train import workdir as wd
+
+        if self._dirty:
+            wd.write_bytes(self._path, "".join(self._lines).encode())
+            self._dirty = False
+        for name in sorted(os.listdir(self._mirror)):
+            size = os.path.getsize(os.path.join(self._mirror, name))
+            if self._uploaded.get(name) != size:
+                with open(os.path.join(self._mirror, name), "rb") as f:
+                    wd.write_bytes(self._tb_dir / name, f.read())
+                self._uploaded[name] = size
+        self._flushed_at = time.monotonic()
 
     def close(self) -> None:
         if self.enabled:
-            self._tb.flush()
-            self._tb.close()
+            self._tb.close()  # flushes the events (asynchronous writer: waits for them)
+            self._sync()
+            if self._mirror:
+                shutil.rmtree(self._mirror, ignore_errors=True)
 
 
 def _json_float(v: float):

@@ -43,6 +43,7 @@ class Trainer:
         self.config = config
         self.workdir = workdir = wd.resolve(workdir)  # Orbax needs absolute paths; buckets stay as they are
         self.is_main = jax.process_index() == 0
+        wd.check(workdir)  # a missing bucket: one line, before any work
         if self.is_main:
             wd.path(workdir).mkdir(parents=True, exist_ok=True)
         self.t_start = time.time()
@@ -86,12 +87,14 @@ class Trainer:
         self.progress = {"train_time_s": 0.0, "wall_time_s": 0.0, "best": {}}
         self._hook_states: dict[str, dict] = {}  # what each hook carried over the restart (see Hook.state)
         self._hooks: list = []
+        self.data_state: dict | None = None  # the restored iterator state, if resumed
         restored = self.ckpt.restore_latest(self.abstract_state, log=log, check_meta=self._check_same_model)
         if restored is not None:
             latest, self.state, data_state, meta = restored
             self.progress = {**self.progress, **meta.get("progress", {})}
             self._hook_states = meta.get("hooks", {})
             self.start_step = int(data_state["step"])
+            self.data_state = data_state
             assert self.start_step == int(self.state["step"]), (self.start_step, int(self.state["step"]))
             log(f"resumed from {self.ckpt.directory}/{latest} (step {self.start_step})")
         else:
@@ -156,6 +159,8 @@ class Trainer:
         }
 
     def save_checkpoint(self, step: int, data_state: dict, wait: bool = False) -> None:
+        if getattr(self, "writer", None) is not None:
+            self.writer.flush()  # in a bucket: the metrics up to `step` are stored before the checkpoint is
         self.ckpt.save(step, self.state, data_state, self.metadata(), wait=wait)
 
     def _install_preemption_handlers(self):
@@ -188,7 +193,7 @@ class Trainer:
         c = self.config
         total = self.dur.total_steps
         peak, peak_source = device_peak_flops()
-        writer = MetricWriter(self.workdir, enabled=self.is_main, resume_step=self.start_step)
+        self.writer = writer = MetricWriter(self.workdir, enabled=self.is_main, resume_step=self.start_step)
         dev = jax.devices()[0]
         self.hardware = {"device_kind": dev.device_kind, "platform": dev.platform, "num_devices": jax.device_count(),
                          "peak_flops_per_device": peak, "peak_source": peak_source,
@@ -198,7 +203,10 @@ class Trainer:
         it = pipeline.train_iterator(self.ds, split=c.data.train_split, pp=c.data.pp_train,
                                      global_batch_size=c.batch_size, sharding=self.batch_sh, seed=c.seed,
                                      start_step=self.start_step, fraction=c.data.fraction,
-                                     num_workers=c.data.num_workers or None, prefetch=c.data.prefetch)
+                                     num_workers=c.data.num_workers or None, prefetch=c.data.prefetch,
+                                     stream=dict(window=c.data.stream_window, read_ahead=c.data.stream_read_ahead))
+        if self.data_state is not None:
+            it.explain_resume(self.data_state)  # a bucket stream resumed by another process count: one line
         hooks = self._hooks = hooks_lib.default_hooks(self, writer)
         for hook in hooks:
             if type(hook).__name__ in self._hook_states:

@@ -1,0 +1,147 @@
+"""`vit-jax bench data --remote`: the train iterator streaming from a bucket with per-request latency, against the
+same dataset on local disk, in one run.
+
+The bucket is a real GCS API server (gcp-storage-emulator) on localhost behind FaultProxy, which adds
+`--latency_ms` (default 50) to every request, as a far-away bucket would. The dataset is the photographic JPEGs of
+`vit-jax bench data`, prepared as an image-folder dataset in `--shards` files and uploaded as prepare-data does.
+Both sides run the same train iterator (`decode_jpeg_and_inception_crop|flip_lr|value_range`, host numpy batches,
+`--workers` decode threads); the bucket side streams with a `--window`-record shuffle window and one window of
+read-ahead, so files keep being fetched during the timed steps (the dataset is read `steps x batch / images`
+times per round). Rounds alternate local and bucket; the best round of each is reported, and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _rate(ds, size: int, batch: int, steps: int, workers: int, window: int) -> dict:
+    import jax
+    import numpy as np
+
+    from vit_jax.data import pipeline
+    from vit_jax.data.bench import PP
+
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("data",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+    it = pipeline.BatchIterator(ds, "train", PP.format(size=size), batch, sharding, train=True, seed=0,
+                                fraction=1.0, start_step=0, end_step=None, num_workers=workers, prefetch=2,
+                                to_device=False, stream=dict(window=window, read_ahead=1))
+    try:
+        for _ in range(3):  # warm-up: threads started, the first files fetched, batches in flight
+            next(it)
+        spool = getattr(it.plan, "records", None)
+        fetched, waited = (spool.spool.files_fetched, spool.spool.wait_s) if spool else (0, 0.0)
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            next(it)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        out = {"images": steps * batch, "images_per_s": steps * batch / wall, "cpu_s": cpu,
+               "images_per_cpu_s": steps * batch / cpu}
+        if spool:
+            out.update(files_fetched_timed=spool.spool.files_fetched - fetched,
+                       reader_wait_s=spool.spool.wait_s - waited)
+        return out
+    finally:
+        it.close()
+
+
+def _prepare(root: Path, jpegs: list[bytes], shards: int):
+    """The JPEGs as an image-folder dataset in `shards` ArrayRecord files."""
+    import tensorflow_datasets as tfds
+
+    from vit_jax.data import datasets
+
+    folder = root / "images" / "photo"
+    folder.mkdir(parents=True)
+    for i, data in enumerate(jpegs):
+        (folder / f"{i:05d}.jpg").write_bytes(data)
+    name, data_dir = f"folder:{folder.parent}", str(root / "tfds")
+    builder = datasets.make_builder(name, data_dir, file_format="array_record")
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(num_shards=shards))
+    return datasets.open_dataset(name, data_dir=data_dir, prepare=False), data_dir
+
+
+@contextlib.contextmanager
+def _restored_env(value: str | None):
+    try:
+        yield
+    finally:
+        if value is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = value
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="vit-jax bench data --remote", description=__doc__.split("\n\n")[0])
+    p.add_argument("--num_images", type=int, default=512)
+    p.add_argument("--shards", type=int, default=16, help="record files of the dataset")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=16, help="batches timed per round")
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--window", type=int, default=128, help="records per shuffle window of the bucket stream")
+    p.add_argument("--latency_ms", type=float, default=50.0, help="added to every request to the bucket")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", default="", metavar="PATH", help="also write the result as JSON to PATH ('-': print)")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+
+    from vit_jax import runtime
+    from vit_jax.data import datasets
+    from vit_jax.data.bench import environment, make_jpegs
+    from vit_jax.storage.emulator import Emulator, FaultProxy
+
+    jpegs = make_jpegs(args.num_images)
+    saved = os.environ.get("STORAGE_EMULATOR_HOST")
+    with tempfile.TemporaryDirectory() as tmp, Emulator(bucket="vit-jax-bench") as emulator, \
+            FaultProxy(emulator.url, latency_s=args.latency_ms / 1e3) as proxy, _restored_env(saved):
+        os.environ["STORAGE_EMULATOR_HOST"] = proxy.url
+        runtime.configure_storage_env()
+        with contextlib.redirect_stdout(sys.stderr):  # keep --json output clean of build chatter
+            local, data_dir = _prepare(Path(tmp), jpegs, args.shards)
+            datasets.upload_prepared(local, data_dir, "gs://vit-jax-bench/tfds", progress=False)
+        remote_ds = datasets.open_dataset(local.name, data_dir="gs://vit-jax-bench/tfds", prepare=False)
+        rounds: dict[str, list[dict]] = {"local": [], "bucket": []}
+        requests_before = proxy.requests
+        for _ in range(max(1, args.repeats)):
+            for side, ds in (("local", local), ("bucket", remote_ds)):
+                rounds[side].append(_rate(ds, args.size, args.batch, args.steps, args.workers, args.window))
+        requests = proxy.requests - requests_before
+    best = {side: max(r, key=lambda x: x["images_per_s"]) for side, r in rounds.items()}
+    result = {"environment": environment(), "latency_ms": args.latency_ms, "batch": args.batch,
+              "images": args.num_images, "shards": args.shards, "window": args.window, "workers": args.workers,
+              "steps": args.steps, "repeats": args.repeats, "bucket_requests": requests,
+              "local": best["local"], "bucket": best["bucket"],
+              "rounds_images_per_s": {s: [round(x["images_per_s"], 1) for x in r] for s, r in rounds.items()},
+              "ratio": best["bucket"]["images_per_s"] / best["local"]["images_per_s"],
+              "ratio_per_cpu_s": best["bucket"]["images_per_cpu_s"] / best["local"]["images_per_cpu_s"]}
+    if args.json == "-":
+        print(json.dumps(result, indent=1))
+        return 0
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    env = result["environment"]
+    print(f"machine: {env['cpu']} ({env['cores']} cores, load average {env['load_average_1min']}); best of "
+          f"{args.repeats} rounds, batch {args.batch}, {args.workers} decode workers, {args.size} px")
+    print(f"local disk:                    {best['local']['images_per_s']:8.1f} images/s "
+          f"{best['local']['images_per_cpu_s']:8.1f} images/cpu-s")
+    print(f"bucket, {args.latency_ms:.0f} ms per request:     {best['bucket']['images_per_s']:8.1f} images/s "
+          f"{best['bucket']['images_per_cpu_s']:8.1f} images/cpu-s "
+          f"({best['bucket']['files_fetched_timed']} files fetched while timed; decode threads waited "
+          f"{best['bucket']['reader_wait_s']:.2f} s for them)")
+    print(f"ratio bucket / local: {result['ratio']:.2f} (wall), {result['ratio_per_cpu_s']:.2f} (per CPU-second); "
+          f"{requests} requests to the bucket")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
