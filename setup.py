@@ -17,10 +17,10 @@ INSTALL_REQUIRES = [
     "grain>=0.2.18,<0.3",
     "portpicker>=1.6",  # grain 0.2.x imports it
     "ml-collections>=1.1,<2",
-    "clu==0.0.12",
-    # clu's metric writers import TensorFlow for the event-file writer, and need tensorboard beside it.
+    # TFDS's dataset builders run on TensorFlow; a training run never imports it (see train/tb_events.py).
     "tensorflow-cpu>=2.21,<2.22",
-    "tensorboard>=2.21,<3",
+    "tensorboard>=2.21,<3",  # its event protos: train/tb_events.py writes the events itself
+    "google-crc32c>=1.5",  # TFRecord framing of the event files
     "numpy>=2.0,<3",
     "pillow>=10",
     "opencv-python-headless>=4.11",  # fast resize (PIL's is ~10x slower); 4.11 is the first with cv2.IMREAD_COLOR_RGB

@@ -1,8 +1,15 @@
 """Metric writing across restarts, and the hardware tables behind MFU and TPU-core-days."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
 
 from vit_jax.train.metrics import PEAK_FLOPS, TPU_CORES, MetricWriter, read_jsonl, table_lookup
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_resumed_run_drops_the_lines_logged_after_its_checkpoint(tmp_path):
@@ -30,3 +37,27 @@ def test_device_tables():
     # TensorCores per device: v5e has one, v5p (reported as "TPU v5" or "TPU v5p") two, v4 two, v3 one.
     assert [table_lookup(TPU_CORES, k) for k in ("TPU v3", "TPU v4", "TPU v5 lite", "TPU v5", "TPU v5p")] == \
         [1, 2, 1, 2, 2]
+
+
+def test_tensorboard_reads_the_event_files_with_the_values_of_metrics_jsonl(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    w = MetricWriter(str(tmp_path), enabled=True)
+    for step in (1, 2, 3):
+        w.write(step, {"train/loss": 1.5 / step, "train/lr": 1e-3 * step})
+    w.close()
+    events = EventAccumulator(str(tmp_path / "tb"))  # TensorBoard's reader: checks every record's CRC
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == ["train/loss", "train/lr"]
+    lines = read_jsonl(tmp_path / "metrics.jsonl")
+    for tag in ("train/loss", "train/lr"):
+        got = [(e.step, e.value) for e in events.Scalars(tag)]
+        assert got == [(r["step"], np.float32(r[tag])) for r in lines]
+
+
+def test_writing_metrics_does_not_import_tensorflow(tmp_path):
+    # TensorFlow's import costs every training process seconds; only dataset builders may need it.
+    code = ("import sys; from vit_jax.train import trainer; from vit_jax.train.metrics import MetricWriter; "
+            f"w = MetricWriter({str(tmp_path)!r}, enabled=True); w.write(1, {{'a': 1.0}}); w.close(); "
+            "sys.exit('tensorflow' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

@@ -144,9 +144,10 @@ class FaultProxy:
         return fault
 
     def clear(self) -> None:
-        """Removes every fault and lets held requests through."""
+        """Removes every fault, forgets how many were injected and lets held requests through."""
         with self._lock:
             self._faults = []
+            self.injected = {}
         self.release()
 
     def release(self) -> None:

@@ -53,7 +53,7 @@ def device_peak_flops(device=None) -> tuple[float, str]:
 
 
 class MetricWriter:
-    """TensorBoard events (clu) plus `metrics.jsonl`, written by process 0 only; other processes just log.
+    """TensorBoard events (train/tb_events.py) plus `metrics.jsonl`, written by process 0 only; other processes just log.
 
     A resumed run at `resume_step` first drops the lines logged after that step by the interrupted segment (it
     trains those steps again), so every step appears once. Locally, lines are appended and events written in place.
@@ -69,9 +69,8 @@ class MetricWriter:
         self._tb = None
         if not enabled:
             return
-        from clu import metric_writers
-
         from vit_jax.train import workdir as wd
+        from vit_jax.train.tb_events import EventFileWriter
 
         self._local = wd.is_local(workdir)
         self._tb_dir = wd.path(workdir, "tb")
@@ -81,7 +80,7 @@ class MetricWriter:
         self._flushed_at = time.monotonic()
         self._dirty = False
         wd.path(workdir).mkdir(parents=True, exist_ok=True)
-        self._tb = metric_writers.create_default_writer(self._mirror or str(self._tb_dir), asynchronous=True)
+        self._tb = EventFileWriter(self._mirror or str(self._tb_dir))
         self._path = wd.path(workdir, "metrics.jsonl")
         self._lines = self._path.read_text().splitlines(True) if self._path.exists() else []
         kept = [line for line in self._lines if line.strip() and json.loads(line)["step"] <= resume_step]
@@ -128,7 +127,7 @@ class MetricWriter:
 
     def close(self) -> None:
         if self.enabled:
-            self._tb.close()  # flushes the events (asynchronous writer: waits for them)
+            self._tb.close()
             self._sync()
             if self._mirror:
                 shutil.rmtree(self._mirror, ignore_errors=True)
