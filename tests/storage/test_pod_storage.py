@@ -1,11 +1,10 @@
 """The pod's storage end to end, against a real GCS API server on localhost (gcp-storage-emulator behind FaultProxy):
 dataset and workdir in the bucket, jobs given only STORAGE_EMULATOR_HOST.
 
-- prepare-data into the bucket, then the demo trains from it to >= 95% and leaves every output there; `vit-jax eval`
-  reads that run directory.
-- The 2-process launcher on the demo: transient faults mid-read and mid-save, a SIGTERM, a checkpoint cut off
-  mid-upload by a SIGKILL: the run ends exactly like an undisturbed one in the bucket, and within 1 point of the
-  demo on local disk.
+- prepare-data into the bucket, then the demo trains from it to >= 95%, within 1 point of the demo on local disk, and
+  leaves every output there; `vit-jax eval` reads that run directory.
+- The 2-process launcher on the demo (shortened): transient faults mid-read and mid-save, a SIGTERM, a checkpoint cut
+  off mid-upload by a SIGKILL: the run ends exactly like an undisturbed one in the bucket.
 - A bucket that is down: one line naming the path and the cause, before any compilation.
 """
 
@@ -25,13 +24,13 @@ from vit_jax.storage import remote
 pytestmark = pytest.mark.slow
 
 DEMO = f"--config={ROOT / 'configs' / 'demo.py'}"
-# The demo's training exactly (model, data, schedule: 450 steps), so that its final accuracy compares with the local
-# demo's; only what does not change the training is trimmed: one evaluation at the end, no few-shot, a checkpoint
-# every 50 steps. (A cheaper model or schedule is too far from converged: a width-64 depth-2 model over the same
-# schedule varied from 93.9% to 95.8% on local disk with the seed alone.)
-DEMO_TRAINING = ["--config.eval.every_epochs=0", "--config.eval.fewshot.datasets=()",
-                 "--config.checkpoint.every_epochs=0", "--config.checkpoint.every_steps=50", "--config.log_every_steps=1"]
-STEPS = 450
+# The demo's model and data on a shortened schedule (120 of its 450 steps; one evaluation at the end, no few-shot, a
+# checkpoint every 30 steps): the disturbed run must equal the undisturbed one bit for bit, which any length shows.
+# The full demo in a bucket, and its accuracy against the local demo's, is the prepare-data test below.
+STEPS = 120
+DEMO_TRAINING = ["--config.eval.every_epochs=0", "--config.eval.fewshot.datasets=()", "--config.total_epochs=0",
+                 f"--config.total_steps={STEPS}", "--config.checkpoint.every_epochs=0",
+                 "--config.checkpoint.every_steps=30", "--config.log_every_steps=1"]
 
 
 def metric_rows(run: str) -> list[dict]:
@@ -95,7 +94,7 @@ def test_a_bucket_that_is_down_is_one_line_naming_the_path_before_compiling(back
 
 
 def test_two_processes_in_a_bucket_survive_faults_sigterm_and_a_cut_checkpoint_exactly(
-        background_jobs, local_demo, gcs, bucket_data, proxy, start_job):
+        background_jobs, gcs, bucket_data, proxy, start_job):
     run = f"{gcs.bucket}/runs/disturbed"
     env = bucket_job_env(proxy.url)
     command = local_launch(2, 2, trainer(DEMO, f"--workdir={run}", f"--config.data.data_dir={bucket_data}",
@@ -105,19 +104,19 @@ def test_two_processes_in_a_bucket_survive_faults_sigterm_and_a_cut_checkpoint_e
     shard = r"digits-train\.array_record.*alt=media"
     proxy.inject("503", match=shard, count=2)
     proxy.inject("cut", match=shard, count=1)
-    saving = r"disturbed(/|%2F)checkpoints(/|%2F)50(/|%2F)"  # ~170 requests per save: these land in its middle
+    saving = r"disturbed(/|%2F)checkpoints(/|%2F)30(/|%2F)"  # ~170 requests per save: these land in its middle
     proxy.inject("503", match=saving, count=3, after=20)
     proxy.inject("drop", match=saving, count=1, after=60)
     proxy.inject("cut", match=rf"^(POST|PUT) /upload/.*{saving}", count=1, after=10)
     job = start_job(command, env=env)
-    job.wait_for(r"^\[0\] step (6\d|[7-9]\d|\d{3})/", timeout=600)
+    job.wait_for(r"^\[0\] step (4\d|[5-9]\d|\d{3})/", timeout=600)
     job.proc.send_signal(signal.SIGTERM)
     assert job.finish(timeout=600) == 0, job.tail()
     stop = int(re.search(r"^\[0\] preempted: saved checkpoint at step (\d+)", job.output, re.M).group(1))
     assert sum(proxy.injected.values()) == 8, proxy.injected
     assert stop in complete_steps(run)
     # Segment 2: killed (as a lost VM would be) while the next checkpoint's arrays are being uploaded.
-    cut = (stop // 50 + 1) * 50
+    cut = (stop // 30 + 1) * 30
     proxy.inject("hold", match=rf"^POST /upload/.*disturbed(/|%2F)checkpoints(/|%2F){cut}(/|%2F)state", after=1)
     job = start_job(command, env=env)
     assert proxy.held.wait(timeout=600), job.tail()
@@ -139,12 +138,10 @@ def test_two_processes_in_a_bucket_survive_faults_sigterm_and_a_cut_checkpoint_e
     mine, undisturbed = summary(run), summary(background_jobs["undisturbed"])
     assert mine["final"] == undisturbed["final"] and mine["steps"] == STEPS
     assert mine["final"]["eval/count"] == 360  # each process evaluated its share; every example counted once
-    assert complete_steps(run) == complete_steps(background_jobs["undisturbed"]) == [350, 400, STEPS]  # keep=3
-    local = json.loads((local_demo.result() / "summary.json").read_text())["final"]["eval/top1"]
-    assert abs(mine["final"]["eval/top1"] - local) <= 0.01, (mine["final"]["eval/top1"], local)
+    assert complete_steps(run) == complete_steps(background_jobs["undisturbed"]) == [60, 90, STEPS]  # keep=3
 
 
-def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(gcs, start_job, capsys):
+def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(gcs, local_demo, start_job, capsys):
     data, run = f"{gcs.bucket}/demo_tfds", f"{gcs.bucket}/runs/demo"
     python = sys.executable
     job = start_job(["bash", "-c", f"{python} -m vit_jax.cli prepare-data digits --data_dir {data} && "
@@ -153,6 +150,9 @@ def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(
     assert job.finish(timeout=900) == 0, job.tail()
     result = summary(run)
     assert result["final"]["eval/top1"] >= 0.95 and result["final"]["eval/count"] == 360, result["final"]
+    # Streamed from the bucket (a per-process order) it learns as well as from local disk (one global order).
+    local = json.loads((local_demo.result() / "summary.json").read_text())["final"]["eval/top1"]
+    assert abs(result["final"]["eval/top1"] - local) <= 0.01, (result["final"]["eval/top1"], local)
     names = remote.listdir(run)
     assert {"checkpoints", "metrics.jsonl", "summary.json", "tb", "curves.png"} <= set(names), names
     assert complete_steps(run) and len(bucket_losses(run)) >= 9
