@@ -78,7 +78,7 @@ def background_jobs(gcs, bucket_data):
                                 *DEMO_TRAINING), env=bucket_job_env(down.url)),
         }
         try:
-            yield {"undisturbed": undisturbed, **jobs}
+            yield {"undisturbed_run": undisturbed, **jobs}
         finally:
             for job in jobs.values():
                 job.kill()
@@ -130,15 +130,15 @@ def test_two_processes_in_a_bucket_survive_faults_sigterm_and_a_cut_checkpoint_e
 
     undisturbed_job = background_jobs["undisturbed"]
     assert undisturbed_job.finish(timeout=900) == 0, undisturbed_job.tail()
-    want, got = bucket_losses(background_jobs["undisturbed"]), bucket_losses(run)
+    want, got = bucket_losses(background_jobs["undisturbed_run"]), bucket_losses(run)
     assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
     assert got == want  # bit-identical losses at every step
     retried = [r["storage/retries"] for r in metric_rows(run) if r["step"] <= stop and "storage/retries" in r]
     assert retried and retried[-1] >= 1  # process 0's count of what its clients retried in segment 1
-    mine, undisturbed = summary(run), summary(background_jobs["undisturbed"])
+    mine, undisturbed = summary(run), summary(background_jobs["undisturbed_run"])
     assert mine["final"] == undisturbed["final"] and mine["steps"] == STEPS
     assert mine["final"]["eval/count"] == 360  # each process evaluated its share; every example counted once
-    assert complete_steps(run) == complete_steps(background_jobs["undisturbed"]) == [60, 90, STEPS]  # keep=3
+    assert complete_steps(run) == complete_steps(background_jobs["undisturbed_run"]) == [60, 90, STEPS]  # keep=3
 
 
 def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(gcs, local_demo, start_job, capsys):
@@ -164,4 +164,4 @@ def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(
     assert eval_cli.main(["--checkpoint", run, "--batch-size", "64"]) == 0
     out = capsys.readouterr().out
     top1 = float(re.search(r"digits/test: top1 ([\d.]+)%", out).group(1))
-    assert abs(top1 / 100 - result["final"]["eval/top1"]) < 1e-6 and "360 examples" in out
+    assert abs(top1 - 100 * result["final"]["eval/top1"]) <= 0.005 and "360 examples" in out  # printed to 0.01%

@@ -96,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _recorded(path: str) -> dict:
-    import os
+    from etils import epath
 
-    if not os.path.isdir(path):
+    if not epath.Path(path).is_dir():  # a run directory, local or gs://, records its data; a weights file does not
         return {}
     from vit_jax.checkpoints.training import load_run_metadata
 
