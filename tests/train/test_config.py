@@ -101,3 +101,15 @@ def test_model_config_from_training_config():
     c.model.variant = ""
     c.model.width, c.model.depth, c.model.mlp_dim, c.model.num_heads, c.model.patch_size = 32, 2, 64, 2, 8
     assert model_config(c, 3).name == "ViT-w32d2m64h2/8"
+
+
+def test_a_hybrids_stem_width_comes_from_its_variant_unless_set():
+    c = _valid()
+    c.model.variant = "R50x2+B/16"
+    m = model_config(c, num_classes=10)
+    assert (m.resnet_layers, m.resnet_width, m.width) == ((3, 4, 9), 2, 768)
+    c.model.resnet_width = 3
+    assert model_config(c, num_classes=10).resnet_width == 3
+    c.model.variant = "R50+B/16"
+    c.model.resnet_width = 0
+    assert model_config(c, num_classes=10).resnet_width == 1

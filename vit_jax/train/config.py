@@ -28,7 +28,7 @@ def default_config() -> ml_collections.ConfigDict:
         dropout=0.0, attention_dropout=0.0, drop_path=0.0, gelu="tanh",
         dtype="float32",  # compute dtype (bfloat16 on accelerators); params stay param_dtype
         param_dtype="float32", remat="none", scan=False,
-        resnet_layers=(), resnet_width=1,
+        resnet_layers=(), resnet_width=0,  # 0 = from the variant (R50x2+B/16 -> 2), else 1
     )
     c.data = dict(
         name="digits",  # digits | imagenet21k[/fall11|/winter21] | folder:/path | any TFDS name
@@ -231,9 +231,10 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
     from vit_jax.models.config import vit_config
 
     m = config.model
-    overrides = {k: m[k] for k in ("width", "depth", "mlp_dim", "num_heads", "patch_size") if m[k]}
+    # Sizes are overrides only where set (0 = the variant's): the variant's own values must survive otherwise.
+    overrides = {k: m[k] for k in ("width", "depth", "mlp_dim", "num_heads", "patch_size", "resnet_width") if m[k]}
     fields = ("image_size", "pool", "posemb", "rep_size", "head_bias_init", "dropout", "attention_dropout",
-              "drop_path", "gelu", "dtype", "param_dtype", "remat", "scan", "resnet_width")
+              "drop_path", "gelu", "dtype", "param_dtype", "remat", "scan")
     kw = {k: m[k] for k in fields}
     if m.resnet_layers:
         kw["resnet_layers"] = tuple(m.resnet_layers)
