@@ -2,7 +2,8 @@
 
 The main job of the README (`make demo`): it exercises the whole path — dataset build, sharded training over all
 local devices, evaluation, checkpoints, metrics (TensorBoard + metrics.jsonl), summary.json and the curve plot —
-in about three minutes on 2 CPU cores (2 min 56 s measured on 2026-12-01). Expected result: >= 95% test accuracy (360 test images, 10 classes).
+in about three minutes on 2 CPU cores (2 min 56 s measured on 2026-12-01). Expected result: >= 95% test accuracy
+(360 test images, 10 classes).
 
     python -m vit_jax.main --config=configs/demo.py --workdir=workdirs/demo
 
