@@ -141,7 +141,7 @@ def test_two_processes_in_a_bucket_survive_faults_sigterm_and_a_cut_checkpoint_e
     assert complete_steps(run) == complete_steps(background_jobs["undisturbed_run"]) == [60, 90, STEPS]  # keep=3
 
 
-def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(gcs, local_demo, start_job, capsys):
+def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(gcs, local_demo, start_job):
     data, run = f"{gcs.bucket}/demo_tfds", f"{gcs.bucket}/runs/demo"
     python = sys.executable
     job = start_job(["bash", "-c", f"{python} -m vit_jax.cli prepare-data digits --data_dir {data} && "
@@ -158,10 +158,10 @@ def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(
     assert complete_steps(run) and len(bucket_losses(run)) >= 9
     assert any(n.startswith("events.out.tfevents") for n in remote.listdir(f"{run}/tb"))
     assert remote.info(f"{run}/curves.png")["size"] > 10_000
-    # The run directory serves the checkpoint commands as a local one does.
-    from vit_jax.eval import cli as eval_cli
-
-    assert eval_cli.main(["--checkpoint", run, "--batch-size", "64"]) == 0
-    out = capsys.readouterr().out
+    # The run directory serves the checkpoint commands as a local one does (as a command, the way a user runs it).
+    job = start_job([python, "-m", "vit_jax.cli", "eval", "--checkpoint", run, "--batch-size", "64"],
+                    env=bucket_job_env(gcs.emulator.url))
+    assert job.finish(timeout=600) == 0, job.tail()
+    out = job.output
     top1 = float(re.search(r"digits/test: top1 ([\d.]+)%", out).group(1))
     assert abs(top1 - 100 * result["final"]["eval/top1"]) <= 0.005 and "360 examples" in out  # printed to 0.01%
