@@ -10,6 +10,7 @@ Why not clu's or tf.summary's writer: both import TensorFlow, which costs every 
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import struct
@@ -19,6 +20,7 @@ import google_crc32c
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 _MASK_DELTA = 0xA282EAD8  # TFRecord's CRC mask: rotate right by 15 bits, add this constant
+_opened = itertools.count()  # writers opened by this process: two in one second still get two files
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -33,11 +35,11 @@ def record(data: bytes) -> bytes:
 
 
 class EventFileWriter:
-    """Scalars into `logdir/events.out.tfevents.<time>.<host>.<pid>.v2`, one file per writer (per run segment)."""
+    """Scalars into `logdir/events.out.tfevents.<time>.<host>.<pid>.<n>.v2`, one file per writer (per run segment)."""
 
     def __init__(self, logdir: str) -> None:
         os.makedirs(logdir, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.v2"
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(_opened)}.v2"
         self.path = os.path.join(logdir, name)
         self._file = open(self.path, "ab")
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
