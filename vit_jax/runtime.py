@@ -104,7 +104,7 @@ def configure_jax(num_cpu_devices: int | None = None, cache_dir: str | os.PathLi
 
 
 def hide_accelerators_from_tensorflow() -> None:
-    """TensorFlow (pulled in by TFDS/clu) must not grab GPU memory that JAX needs.
+    """TensorFlow (pulled in by TFDS dataset builders) must not grab GPU memory that JAX needs.
 
     On a host without accelerators there is nothing to hide, and importing TensorFlow only for this would cost every
     process ~5-10 s of start-up before the config is even read."""

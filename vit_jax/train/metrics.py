@@ -53,7 +53,7 @@ def device_peak_flops(device=None) -> tuple[float, str]:
 
 
 class MetricWriter:
-    """TensorBoard events (train/tb_events.py) plus `metrics.jsonl`, written by process 0 only; other processes just log.
+    """TensorBoard events (train/tb_events.py) and `metrics.jsonl`, by process 0 only; other processes just log.
 
     A resumed run at `resume_step` first drops the lines logged after that step by the interrupted segment (it
     trains those steps again), so every step appears once. Locally, lines are appended and events written in place.
