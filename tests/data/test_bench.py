@@ -2,7 +2,7 @@
 
 import json
 
-from vit_jax.data import bench
+from vit_jax.bench import data as bench
 
 
 def test_data_bench_smoke(capsys):

@@ -3,7 +3,8 @@
 import json
 from pathlib import Path
 
-from vit_jax.data import imagenet21k, prepare
+from vit_jax.commands import prepare_data as prepare
+from vit_jax.data import imagenet21k
 
 
 def test_prepare_digits_prints_split_and_class_counts(tmp_path, capsys):

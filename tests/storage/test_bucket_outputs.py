@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from vit_jax.data import datasets, prepare
+from vit_jax.commands import prepare_data as prepare
+from vit_jax.data import datasets
 from vit_jax.storage import remote
 from vit_jax.train.metrics import MetricWriter, read_jsonl
 

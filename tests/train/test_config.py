@@ -2,8 +2,8 @@
 
 import pytest
 
-from vit_jax.main import check_override_keys
-from vit_jax.train.config import ConfigError, default_config, model_config, resolve_durations, validate
+from vit_jax.train.config import (ConfigError, check_override_keys, default_config, model_config, resolve_durations,
+                                  validate)
 
 
 def _valid():

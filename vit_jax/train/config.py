@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 from typing import Any
 
 import ml_collections
@@ -37,6 +38,7 @@ def default_config() -> ml_collections.ConfigDict:
         train_split="train", eval_split="test",
         pp_train="decode|resize(224)|flip_lr|value_range(-1,1)",  # big_vision-style op string
         pp_eval="decode|resize(224)|value_range(-1,1)",
+        pp_modules=(),  # extra op modules to import (dotted names), whose @register ops the op strings may use
         fraction=1.0,  # use this fraction of the training split (data-size sweeps)
         num_workers=0,  # decode threads per process; 0 = automatic
         prefetch=2,  # batches in flight per process
@@ -146,6 +148,15 @@ def unknown_key_message(key: str, valid: list[str]) -> str:
     leaf = key.rsplit(".", 1)[-1]
     close = close or [k for k in valid if k.rsplit(".", 1)[-1] == leaf][:1]
     return f"unknown config key '{key}'" + (f"; did you mean '{close[0]}'?" if close else "")
+
+
+def check_override_keys(argv: list[str]) -> None:
+    """Unknown `--config.a.b=...` keys fail with the closest valid key (before absl's own, vaguer error)."""
+    valid = list(_flat(default_config()))
+    for arg in argv:
+        m = re.match(r"--config\.([\w.]+)(?:=|$)", arg)
+        if m and m.group(1) not in valid and not any(v.startswith(m.group(1) + ".") for v in valid):
+            raise ConfigError(unknown_key_message(m.group(1), valid))
 
 
 def validate(config: ml_collections.ConfigDict) -> None:

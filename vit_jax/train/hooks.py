@@ -263,7 +263,7 @@ def run_eval(trainer) -> dict[str, float]:
 
 def run_fewshot(trainer) -> dict[str, float]:
     from vit_jax.parallel.distributed import SyncedJit
-    from vit_jax.train.step import features_step
+    from vit_jax.eval.steps import features_step
 
     if not hasattr(trainer, "_features_fn"):
         trainer._features_fn = SyncedJit(jax.jit(features_step(trainer.model),

@@ -16,8 +16,9 @@ import jax
 import ml_collections
 
 from vit_jax import __version__
-from vit_jax.errors import DIVERGED_EXIT_CODE, UserError
 from vit_jax.checkpoints.training import RunCheckpointer, git_commit, model_meta
+from vit_jax.data import pp as pp_lib
+from vit_jax.errors import DIVERGED_EXIT_CODE, UserError
 from vit_jax.parallel.distributed import barrier
 from vit_jax.train import config as config_lib
 from vit_jax.train import hooks as hooks_lib
@@ -200,6 +201,7 @@ class Trainer:
                          "tpu_cores_per_device": table_lookup(TPU_CORES, dev.device_kind) if dev.platform == "tpu"
                          else None}
         self._print_startup()
+        pp_lib.load_modules(c.data.pp_modules)
         it = pipeline.train_iterator(self.ds, split=c.data.train_split, pp=c.data.pp_train,
                                      global_batch_size=c.batch_size, sharding=self.batch_sh, seed=c.seed,
                                      start_step=self.start_step, fraction=c.data.fraction,

@@ -1,5 +1,5 @@
 """`vit-jax bench data`: input-pipeline throughput against TensorFlow's fused JPEG decode-and-crop.
-(`vit-jax bench data --remote`: the same train iterator streaming from a bucket against local disk, bench_remote.py.)
+(`vit-jax bench data --remote`: the same train iterator streaming from a bucket against local disk, data_remote.py.)
 
 Generates realistic JPEGs (about 500x375: crops and rescales of the photos scikit-learn ships), prepares them as
 an image-folder dataset, and measures in one run:
@@ -262,10 +262,6 @@ def _best(samples: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--remote" in argv:  # the bucket stream against local disk: its own module and arguments
-        from vit_jax.data import bench_remote
-
-        return bench_remote.main([a for a in argv if a != "--remote"])
     p = argparse.ArgumentParser(prog="vit-jax bench data", description=__doc__.split("\n\n")[0])
     p.add_argument("--num_images", type=int, default=256)
     p.add_argument("--batch", type=int, default=64)
@@ -279,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", nargs="?", const="-", default="", metavar="PATH",
                    help="write the result as JSON to PATH (like bench train/eval); bare --json prints it instead "
                         "of the table")
-    p.add_argument("--remote", action="store_true", help="bench the bucket stream instead (see bench_remote.py)")
+    p.add_argument("--remote", action="store_true", help="bench the bucket stream instead (see data_remote.py)")
     args = p.parse_args(argv)
 
     from vit_jax.data import datasets

@@ -27,7 +27,7 @@ def _rate(ds, size: int, batch: int, steps: int, workers: int, window: int) -> d
     import numpy as np
 
     from vit_jax.data import pipeline
-    from vit_jax.data.bench import PP
+    from vit_jax.bench.data import PP
 
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("data",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from vit_jax import runtime
     from vit_jax.data import datasets
-    from vit_jax.data.bench import environment, make_jpegs
+    from vit_jax.bench.data import environment, make_jpegs
     from vit_jax.storage.emulator import Emulator, FaultProxy
 
     jpegs = make_jpegs(args.num_images)

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from vit_jax.eval.fewshot import fewshot_on_datasets
     from vit_jax.models.vit import FunctionalViT
     from vit_jax.parallel import mesh as mesh_lib
-    from vit_jax.train.step import features_step, make_eval_step
+    from vit_jax.eval.steps import features_step, make_eval_step
 
     cfg, params = load_any(args.checkpoint)
     meta = _recorded(args.checkpoint)
