@@ -11,9 +11,11 @@ import argparse
 import json
 import sys
 
+from vit_jax import cli_args
+
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="vit-jax eval", description=__doc__,
+    ap = cli_args.ArgumentParser(prog="vit-jax eval", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--dataset", help="dataset to classify (default: the one recorded in our checkpoints)")
