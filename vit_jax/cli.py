@@ -23,10 +23,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def register(name: str, module: str, help_text: str) -> None:
-    COMMANDS[name] = (module, help_text)
-
-
 def _usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: vit-jax [--debug] COMMAND [ARGS...]", "", "commands:"]

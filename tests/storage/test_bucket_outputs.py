@@ -8,7 +8,8 @@ import pytest
 from vit_jax.commands import prepare_data as prepare
 from vit_jax.data import datasets
 from vit_jax.storage import remote
-from vit_jax.train.metrics import MetricWriter, read_jsonl
+from vit_jax.storage.jsonl import read_jsonl
+from vit_jax.train.metrics import MetricWriter
 
 
 def uploads(proxy, since: int) -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vit_jax.sweep import cli
+from vit_jax.commands import sweep as cli
 from vit_jax.sweep.launchers import ScriptLauncher, make_launcher, trainer_command
 from vit_jax.sweep.runs import read_run, read_sweep_root
 

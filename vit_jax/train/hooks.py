@@ -15,7 +15,8 @@ import numpy as np
 
 from vit_jax.eval.classification import evaluate
 from vit_jax.eval.fewshot import fewshot_on_datasets
-from vit_jax.train.metrics import format_duration, read_jsonl
+from vit_jax.storage.jsonl import read_jsonl
+from vit_jax.train.metrics import format_duration
 
 
 class StepTimer:
