@@ -87,8 +87,13 @@ def configure_storage_env(environ=os.environ) -> None:
         fsspec.config.conf.setdefault("gs", {}).setdefault("token", environ["FSSPEC_GS_TOKEN"])
 
 
+_configured = False  # configure_jax has run in this process
+
+
 def configure_jax(num_cpu_devices: int | None = None, cache_dir: str | os.PathLike | None = None) -> None:
     """Sets up JAX for this process: call once, early, before any computation."""
+    global _configured
+    _configured = True
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import jax
 
@@ -101,6 +106,15 @@ def configure_jax(num_cpu_devices: int | None = None, cache_dir: str | os.PathLi
         # Cache every program, however small or quick: CPU runs recompile the same small steps many times.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def prepare_inference_process() -> None:
+    """The process set-up of the inference commands (eval, predict, analyze), as training has it: the compilation
+    cache and TensorFlow kept off the accelerators. JAX settings made earlier in the process (a test session, a
+    caller that configured JAX itself) are kept."""
+    if not _configured:
+        configure_jax()
+    hide_accelerators_from_tensorflow()
 
 
 def hide_accelerators_from_tensorflow() -> None:

@@ -64,21 +64,24 @@ def attention_outputs(cfg, params, images: np.ndarray, batch_size: int) -> tuple
     import jax
     import jax.numpy as jnp
 
-    from vit_jax.models.vit import FunctionalViT
+    from vit_jax.eval.inference import build_inference
+    from vit_jax.parallel.mesh import make_mesh
     from vit_jax.report.analyses import attention_distance_per_image, attention_rollout
 
-    model = FunctionalViT(cfg)
+    # One device: the figures' batches are small and of any size.
+    program = build_inference(cfg, params, make_mesh(devices=jax.devices()[:1]))
+    model = program.model
     has_cls = cfg.pool == "token"
     patch_px = (cfg.patch_size[0] * cfg.stem_stride, cfg.patch_size[1] * cfg.stem_stride)
 
-    @jax.jit
+    @program.jit
     def reduce(params, x):
         _, out = model.apply(params, x, capture=("attention",))
         attention = out["attention"].astype(jnp.float32)
         return (attention_distance_per_image(attention, cfg.grid, patch_px, has_cls),
                 attention_rollout(attention, has_cls))
 
-    params = jax.device_put(params)
+    params = program.params
     distances, maps = [], []
     n = images.shape[0]
     batch_size = max(1, min(batch_size, n))
@@ -168,8 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         what = parse_what(args.what)
+        from vit_jax import runtime
         from vit_jax.report.analysis_inputs import load_checkpoint, load_images
 
+        runtime.prepare_inference_process()
         images = None
         if NEEDS_IMAGES & set(what) and not (args.images or args.dataset):
             raise ValueError(f"{', '.join(sorted(NEEDS_IMAGES & set(what)))} needs images: pass --images "

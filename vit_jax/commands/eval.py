@@ -36,26 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="also write the results to this JSON file")
     args = ap.parse_args(argv)
 
-    import jax
+    from vit_jax import runtime
 
+    runtime.prepare_inference_process()
     from vit_jax.checkpoints.convert import describe
     from vit_jax.checkpoints.loading import load_any
     from vit_jax.data import pipeline
     from vit_jax.eval.classification import evaluate
     from vit_jax.eval.fewshot import fewshot_on_datasets
-    from vit_jax.models.vit import FunctionalViT
-    from vit_jax.parallel import mesh as mesh_lib
-    from vit_jax.eval.steps import features_step, make_eval_step
+    from vit_jax.eval.inference import build_inference
 
     cfg, params = load_any(args.checkpoint)
     meta = _recorded(args.checkpoint)
     print(f"checkpoint {args.checkpoint}: {describe(cfg)}")
-    mesh = mesh_lib.make_mesh()
-    model = FunctionalViT(cfg)
-    param_sh = mesh_lib.tree_shardings(model.logical_axes, model.shapes, mesh)
-    params = jax.device_put(params, param_sh)
-    batch_sh = mesh_lib.batch_sharding(mesh)
-    batch_size = max(args.batch_size // jax.device_count(), 1) * jax.device_count()
+    program = build_inference(cfg, params)
+    batch_sh = program.batch_sh
+    batch_size = program.global_batch(args.batch_size)
     h, w = cfg.image_size
     pp = args.pp or meta.get("pp_eval") or f"decode|resize({h},{w})|value_range(-1,1)"
     data_dir = args.data_dir or (meta.get("config", {}).get("data", {}).get("data_dir") or None)
@@ -70,16 +66,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         split = args.split or meta.get("config", {}).get("data", {}).get("eval_split") or "test"
         loss_kind = meta.get("config", {}).get("loss", {}).get("kind", "softmax_xent")
-        step = jax.jit(make_eval_step(model, loss_kind), in_shardings=(param_sh, batch_sh))
-        out = evaluate(step, params, pipeline.eval_iterator(ds, split=split, pp=pp, global_batch_size=batch_size,
-                                                            sharding=batch_sh))
+        batches = pipeline.eval_iterator(ds, split=split, pp=pp, global_batch_size=batch_size, sharding=batch_sh)
+        out = evaluate(program.eval_step(loss_kind), program.params, batches)
         results.update({f"eval/{k}": v for k, v in out.items()})
         print(f"{dataset}/{split}: top1 {100 * out['top1']:.2f}% | top5 {100 * out['top5']:.2f}% | "
               f"prec@1 {100 * out['prec1']:.2f}% | loss {out['loss']:.4f} | {int(out['count'])} examples")
     if args.fewshot:
-        fn = jax.jit(features_step(model), in_shardings=(param_sh, batch_sh))
-        out = fewshot_on_datasets(fn, params, [n for n in args.fewshot.split(",") if n], data_dir=data_dir, pp=pp,
-                                  batch_size=batch_size, sharding=batch_sh, train_split=args.fewshot_train_split,
+        out = fewshot_on_datasets(program.features(), program.params, [n for n in args.fewshot.split(",") if n],
+                                  data_dir=data_dir, pp=pp, batch_size=batch_size, sharding=batch_sh, train_split=args.fewshot_train_split,
                                   test_split=args.fewshot_test_split,
                                   shots=[int(s) for s in args.shots.split(",")], l2_reg=args.l2_reg,
                                   seeds=args.seeds, max_test_examples=10**9,

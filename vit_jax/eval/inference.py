@@ -1,0 +1,57 @@
+"""A checkpoint's model ready for inference: parameters placed on a mesh, as training's build_program places them.
+
+The one way `vit-jax eval`, `predict` and `analyze` build a model from (ViTConfig, params): the model, the mesh
+(every local device on the data axis by default), the parameter and batch shardings, and the parameters on the
+devices. Their jitted functions (eval step, features, logits) come from eval/steps.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+from jax.sharding import Mesh, NamedSharding
+
+from vit_jax.eval.steps import features_step, make_eval_step
+from vit_jax.models.config import ViTConfig
+from vit_jax.models.vit import FunctionalViT
+from vit_jax.parallel import mesh as mesh_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceProgram:
+    cfg: ViTConfig
+    model: FunctionalViT
+    mesh: Mesh
+    param_sh: Any
+    batch_sh: NamedSharding
+    params: Any  # on the devices, sharded by param_sh
+
+    def jit(self, fn: Callable) -> Callable:
+        """fn(params, batch_or_images) jitted with this program's shardings."""
+        return jax.jit(fn, in_shardings=(self.param_sh, self.batch_sh))
+
+    def eval_step(self, loss_kind: str = "softmax_xent") -> Callable:
+        return self.jit(make_eval_step(self.model, loss_kind))
+
+    def features(self) -> Callable:
+        return self.jit(features_step(self.model))
+
+    def logits(self) -> Callable:
+        model = self.model
+        return self.jit(lambda params, images: model.apply(params, images)[0])
+
+    def global_batch(self, batch_size: int) -> int:
+        """The batch size rounded down to a multiple of the device count, at least one example per device."""
+        n = self.mesh.size
+        return max(batch_size // n, 1) * n
+
+
+def build_inference(cfg: ViTConfig, params: Any, mesh: Mesh | None = None) -> InferenceProgram:
+    """Places `params` (host numpy or device arrays, our layout) on `mesh` (default: all devices, data-parallel)."""
+    mesh = mesh if mesh is not None else mesh_lib.make_mesh()
+    model = FunctionalViT(cfg)
+    param_sh = mesh_lib.tree_shardings(model.logical_axes, model.shapes, mesh)
+    return InferenceProgram(cfg=cfg, model=model, mesh=mesh, param_sh=param_sh,
+                            batch_sh=mesh_lib.batch_sharding(mesh), params=jax.device_put(params, param_sh))
