@@ -14,13 +14,13 @@ import contextlib
 import json
 import os
 import platform
-import resource
 import statistics
 import sys
 import time
 from typing import Any, Callable, Sequence
 
 from vit_jax.models.config import DTYPES, REMAT_POLICIES
+from vit_jax.train.metrics import CPU_REFERENCE_N, MatmulReference, cpu_seconds
 
 GIB = 1024**3
 
@@ -48,7 +48,8 @@ def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 
     p.add_argument("--patch", type=int, default=0)
     p.add_argument("--compile-cache", action="store_true",
                    help="use the persistent compilation cache (off by default so compile times are real)")
-    p.add_argument("--reference-n", type=int, default=4096, help="CPU only: size of the reference fp32 matmul")
+    p.add_argument("--reference-n", type=int, default=CPU_REFERENCE_N,
+                   help="CPU only: size of the reference fp32 matmul (the trainer's MFU uses the default)")
     p.add_argument("--compile-only", action="store_true",
                    help="ahead-of-time compile and report compile time and memory; allocate and run nothing")
     p.add_argument("--json", default="", help="write the result here as JSON")
@@ -150,35 +151,6 @@ def throughput(step_time_s: float, batch: int, flops_per_image: float, peak_flop
 def summarize(times: Sequence[float]) -> dict[str, float]:
     s = sorted(times)
     return {"median": statistics.median(s), "min": s[0], "max": s[-1], "mean": statistics.fmean(s), "n": len(s)}
-
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-class MatmulReference:
-    """An n x n fp32 matmul on the first device: the CPU 'peak' that MFU is measured against."""
-
-    def __init__(self, n: int = 4096):
-        import jax
-        import jax.numpy as jnp
-
-        self.n = n
-        self.flops = 2.0 * n**3
-        self._a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-        # The result is written into a donated buffer: a fresh 64 MiB output every call would be page-faulted in by
-        # the kernel (glibc hands allocations that large straight back to the OS), costing ~30% of the matmul rate.
-        self._f = jax.jit(lambda x, out: x @ x, donate_argnums=1, keep_unused=True)
-        self._out = self._f(self._a, jnp.zeros((n, n), jnp.float32))
-        self._out.block_until_ready()
-
-    def time(self) -> tuple[float, float]:
-        """(wall seconds, process CPU seconds) of one matmul."""
-        wall, cpu = time.perf_counter(), cpu_seconds()
-        self._out = self._f(self._a, self._out)
-        self._out.block_until_ready()
-        return time.perf_counter() - wall, cpu_seconds() - cpu
 
 
 def timed_loop(run_step: Callable[[], Any], steps: int, reference: MatmulReference | None) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -28,24 +29,51 @@ def table_lookup(table, kind: str):
     return None
 
 
-def measure_cpu_matmul_flops(n: int = 2048, repeats: int = 3) -> float:
-    """Achieved FLOP/s of an n x n fp32 matmul on this CPU, measured now: the CPU 'peak' MFU is taken against."""
-    a = jax.random.normal(jax.random.key(0), (n, n), jax.numpy.float32)
-    f = jax.jit(lambda x: x @ x)
-    f(a).block_until_ready()
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        f(a).block_until_ready()
-        best = min(best, time.perf_counter() - t)
-    return 2.0 * n**3 / best
+# On a CPU there is no published peak: MFU is taken against an n x n fp32 matmul measured in the same process, by the
+# trainer (metrics.jsonl) and by `vit-jax bench` alike, so their MFUs compare. 2048 keeps the trainer's start-up
+# cheap (four matmuls of 17 GFLOP); the recorded CPU benchmarks of docs/BENCHMARKS.md name their --reference-n.
+CPU_REFERENCE_N = 2048
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process so far (all threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class MatmulReference:
+    """An n x n fp32 matmul on the first device: the CPU 'peak' that MFU is measured against."""
+
+    def __init__(self, n: int = CPU_REFERENCE_N):
+        self.n = n
+        self.flops = 2.0 * n**3
+        self._a = jax.random.normal(jax.random.key(0), (n, n), jax.numpy.float32)
+        # The result is written into a donated buffer: a fresh n x n output every call (64 MiB at 4096) would be
+        # page-faulted in by the kernel (glibc hands allocations that large straight back to the OS), costing ~30%
+        # of the matmul rate at 4096.
+        self._f = jax.jit(lambda x, out: x @ x, donate_argnums=1, keep_unused=True)
+        self._out = self._f(self._a, jax.numpy.zeros((n, n), jax.numpy.float32))
+        self._out.block_until_ready()
+
+    def time(self) -> tuple[float, float]:
+        """(wall seconds, process CPU seconds) of one matmul."""
+        wall, cpu = time.perf_counter(), cpu_seconds()
+        self._out = self._f(self._a, self._out)
+        self._out.block_until_ready()
+        return time.perf_counter() - wall, cpu_seconds() - cpu
+
+
+def measure_cpu_matmul_flops(n: int = CPU_REFERENCE_N, repeats: int = 3) -> float:
+    """Achieved FLOP/s of the reference matmul on this CPU, measured now (the best of `repeats`)."""
+    reference = MatmulReference(n)
+    return reference.flops / min(reference.time()[0] for _ in range(repeats))
 
 
 def device_peak_flops(device=None) -> tuple[float, str]:
     """(peak FLOP/s per device, where the number comes from)."""
     device = device or jax.devices()[0]
     if device.platform == "cpu":
-        return measure_cpu_matmul_flops(), "measured fp32 2048^2 matmul"
+        return measure_cpu_matmul_flops(), f"measured fp32 {CPU_REFERENCE_N}^2 matmul"
     peak = table_lookup(PEAK_FLOPS, device.device_kind)
     if peak is None:
         return float("nan"), f"unknown device kind {device.device_kind!r}"
