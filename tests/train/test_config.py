@@ -138,3 +138,26 @@ def test_an_empty_variant_needs_all_four_sizes():
     c.model.num_heads = 4
     m = model_config(c, num_classes=10)
     assert (m.width, m.depth, m.mlp_dim, m.num_heads, m.patch_size) == (64, 2, 128, 4, (16, 16))
+
+
+def test_evaluators_are_chosen_by_name(tmp_path):
+    from types import SimpleNamespace
+
+    from vit_jax.train import hooks
+    from vit_jax.train.config import Durations
+
+    c = _valid()
+    ctx = hooks.HookContext(
+        config=c, workdir=str(tmp_path), durations=Durations(10, 0, 5.0, 0, 0, 0), start_step=0, train_examples=10,
+        dataset=SimpleNamespace(remote=False), program=None, hardware={}, progress={}, params=lambda: None,
+        save_checkpoint=lambda *a, **k: None)
+
+    def kinds():
+        return [type(h).__name__ for h in hooks.default_hooks(ctx, writer=None)]
+
+    assert kinds() == ["LogHook", "EvalHook", "FewShotHook", "CheckpointHook"]
+    c.eval.evaluators = ("fewshot",)
+    assert kinds() == ["LogHook", "FewShotHook", "CheckpointHook"]
+    c.eval.evaluators = ("clasification",)
+    with pytest.raises(ConfigError, match=r"unknown evaluator\(s\) 'clasification'; known: classification, fewshot"):
+        kinds()

@@ -90,6 +90,9 @@ def default_config() -> ml_collections.ConfigDict:
         async_save=True,
     )
     c.eval = dict(
+        # Evaluators run during training, by name (train/hooks.py EVALUATORS; big_vision's `evals`): classification
+        # on data.eval_split, and few-shot linear probes (which run when eval.fewshot.datasets names datasets).
+        evaluators=("classification", "fewshot"),
         every_steps=0, every_epochs=0.0,  # 0 and 0.0: only at the end
         batch_size=0,  # 0: the training batch size
         fewshot=dict(

@@ -181,6 +181,33 @@ class LogHook(Hook):
                         for loss, g in zip(state.get("loss", []), state.get("grad_norm", []))] + self.pending
 
 
+# Evaluators a config names in eval.evaluators: name -> a Hook class constructed as cls(ctx, writer). A new evaluator
+# (an objective's reconstruction loss, a segmentation mIoU) registers here with @evaluator("name").
+EVALUATORS: dict[str, type[Hook]] = {}
+
+
+def evaluator(name: str):
+    def register(cls: type[Hook]) -> type[Hook]:
+        assert name not in EVALUATORS, f"evaluator {name} registered twice"
+        EVALUATORS[name] = cls
+        return cls
+
+    return register
+
+
+def check_evaluators(names) -> None:
+    """Unknown names in eval.evaluators: one line with the known ones (before any data is read or code compiled)."""
+    from vit_jax.train.config import ConfigError
+
+    unknown = [n for n in names if n not in EVALUATORS]
+    if unknown:
+        raise ConfigError(f"eval.evaluators: unknown evaluator(s) {', '.join(map(repr, unknown))}; known: "
+                          f"{', '.join(sorted(EVALUATORS))}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"eval.evaluators lists an evaluator twice: {tuple(names)}")
+
+
+@evaluator("classification")
 class EvalHook(Hook):
     """Top-1/top-5 (single-label), precision@1 (multi-label) and loss on the eval split, exact counts."""
 
@@ -210,6 +237,7 @@ class EvalHook(Hook):
             self.run(step, it)
 
 
+@evaluator("fewshot")
 class FewShotHook(Hook):
     def __init__(self, ctx, writer):
         super().__init__(ctx)
@@ -272,7 +300,9 @@ def progress_scalars(ctx: HookContext, step: int) -> dict[str, float]:
 
 def default_hooks(ctx: HookContext, writer) -> list[Hook]:
     # Order matters at a shared step: log, then evaluate, then checkpoint (so the checkpoint records best metrics).
-    return [LogHook(ctx, writer), EvalHook(ctx, writer), FewShotHook(ctx, writer), CheckpointHook(ctx)]
+    names = tuple(ctx.config.eval.evaluators)
+    check_evaluators(names)
+    return [LogHook(ctx, writer), *(EVALUATORS[name](ctx, writer) for name in names), CheckpointHook(ctx)]
 
 
 def _print(msg: str) -> None:

@@ -41,6 +41,7 @@ def log(msg: str) -> None:
 class Trainer:
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         config_lib.validate(config)
+        hooks_lib.check_evaluators(tuple(config.eval.evaluators))
         self.config = config
         self.workdir = workdir = wd.resolve(workdir)  # Orbax needs absolute paths; buckets stay as they are
         self.is_main = jax.process_index() == 0
