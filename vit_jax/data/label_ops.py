@@ -7,45 +7,36 @@ import numpy as np
 from vit_jax.data.pp import Example, Op, register
 
 
-def _on_off(n: int, on: float, off: float, smoothing: float) -> tuple[np.float32, np.float32]:
-    # Label smoothing s spreads s uniformly over all n classes: on = 1 - s + s/n, off = s/n.
-    if smoothing:
-        on, off = 1.0 - smoothing + smoothing / n, smoothing / n
-    return np.float32(on), np.float32(off)
+def _targets(n: int, on: float, off: float, key: str, out: str, ids_of, name: str) -> Op:
+    """example[out] = float32 (n,) vector: `on` at the class ids ids_of(example[key]), `off` elsewhere.
 
-
-@register("onehot")
-def make_onehot(n: int, on: float = 1.0, off: float = 0.0, smoothing: float = 0.0, key: str = "label",
-                out: str = "labels") -> Op:
-    """example[out] = float32 (n,) vector: `on` at example[key], `off` elsewhere (smoothing=s sets on/off)."""
-    on_v, off_v = _on_off(n, on, off, smoothing)
+    Label smoothing is the loss's option (loss.label_smoothing, applied after mixup), not an op argument: one
+    place for it. on/off remain for targets of other values (e.g. big_vision's sigmoid on=0.9999).
+    """
+    on_v, off_v = np.float32(on), np.float32(off)
 
     def op(ex: Example, rng: np.random.Generator) -> Example:
-        label = int(ex[key])
-        if not 0 <= label < n:
-            raise ValueError(f"onehot({n}): label {label} is out of range; is n the dataset's number of classes?")
-        vec = np.full((n,), off_v, np.float32)
-        vec[label] = on_v
-        return {**ex, out: vec}
-
-    return op
-
-
-@register("multihot")
-def make_multihot(n: int, on: float = 1.0, off: float = 0.0, smoothing: float = 0.0, key: str = "labels",
-                  out: str = "labels") -> Op:
-    """example[out] = float32 (n,) vector with `on` at every class id listed in example[key]."""
-    on_v, off_v = _on_off(n, on, off, smoothing)
-
-    def op(ex: Example, rng: np.random.Generator) -> Example:
-        ids = np.asarray(ex[key], np.int64).reshape(-1)
+        ids = ids_of(ex[key])
         if ids.size and (ids.min() < 0 or ids.max() >= n):
-            raise ValueError(f"multihot({n}): label ids {ids.tolist()} out of range")
+            raise ValueError(f"{name}({n}): label {ids.tolist() if ids.size > 1 else int(ids[0])} is out of range; is "
+                             "n the dataset's number of classes?")
         vec = np.full((n,), off_v, np.float32)
         vec[ids] = on_v
         return {**ex, out: vec}
 
     return op
+
+
+@register("onehot")
+def make_onehot(n: int, on: float = 1.0, off: float = 0.0, key: str = "label", out: str = "labels") -> Op:
+    """example[out] = float32 (n,) vector: `on` at example[key], `off` elsewhere."""
+    return _targets(n, on, off, key, out, lambda label: np.asarray([int(label)]), "onehot")
+
+
+@register("multihot")
+def make_multihot(n: int, on: float = 1.0, off: float = 0.0, key: str = "labels", out: str = "labels") -> Op:
+    """example[out] = float32 (n,) vector with `on` at every class id listed in example[key]."""
+    return _targets(n, on, off, key, out, lambda ids: np.asarray(ids, np.int64).reshape(-1), "multihot")
 
 
 @register("keep")
