@@ -113,3 +113,18 @@ def test_a_hybrids_stem_width_comes_from_its_variant_unless_set():
     c.model.variant = "R50+B/16"
     c.model.resnet_width = 0
     assert model_config(c, num_classes=10).resnet_width == 1
+
+
+def test_windowed_attention_options_reach_the_model_and_are_validated():
+    c = _valid()
+    c.model.update(variant="B/16", image_size=448, pool="gap", window_size=14, global_blocks=[2, 5, 8, 11],
+                   rel_pos=True)
+    validate(c)
+    m = model_config(c, num_classes=10)
+    assert (m.window_size, m.global_blocks, m.rel_pos, m.num_classes) == (14, (2, 5, 8, 11), True, 10)
+    c.model.pool = "token"
+    with pytest.raises(ValueError, match="class token"):
+        model_config(c, num_classes=10)
+    c.model.update(window_size=0, global_blocks=[], pool="gap", dense=True)
+    with pytest.raises(ConfigError, match="vit-jax predict --features"):
+        model_config(c, num_classes=10)

@@ -29,6 +29,9 @@ def default_config() -> ml_collections.ConfigDict:
         dtype="float32",  # compute dtype (bfloat16 on accelerators); params stay param_dtype
         param_dtype="float32", remat="none", scan=False,
         resnet_layers=(), resnet_width=0,  # 0 = from the variant (R50x2+B/16 -> 2), else 1
+        # High-resolution backbones (SAM/ViTDet; docs/models.md): windowed blocks except global_blocks, relative
+        # position bias, and dense=True (no class token/head; pool='gap') with an optional neck of neck_dim channels.
+        window_size=0, global_blocks=(), rel_pos=False, dense=False, neck_dim=0,
     )
     c.data = dict(
         name="digits",  # digits | imagenet21k[/fall11|/winter21] | folder:/path | any TFDS name
@@ -219,7 +222,7 @@ def resolve_durations(config: ml_collections.ConfigDict, train_examples: int) ->
 
 # What a checkpoint's architecture fixes, when a fine-tuning config takes its model from init.checkpoint.
 ARCHITECTURE_FIELDS = ("width", "depth", "mlp_dim", "num_heads", "patch_size", "pool", "posemb", "gelu",
-                       "resnet_layers", "resnet_width")
+                       "resnet_layers", "resnet_width", "window_size", "global_blocks", "rel_pos", "dense", "neck_dim")
 
 
 def model_config(config: ml_collections.ConfigDict, num_classes: int, architecture=None):
@@ -234,8 +237,13 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
     # Sizes are overrides only where set (0 = the variant's): the variant's own values must survive otherwise.
     overrides = {k: m[k] for k in ("width", "depth", "mlp_dim", "num_heads", "patch_size", "resnet_width") if m[k]}
     fields = ("image_size", "pool", "posemb", "rep_size", "head_bias_init", "dropout", "attention_dropout",
-              "drop_path", "gelu", "dtype", "param_dtype", "remat", "scan")
+              "drop_path", "gelu", "dtype", "param_dtype", "remat", "scan", "window_size", "rel_pos", "dense",
+              "neck_dim")
     kw = {k: m[k] for k in fields}
+    kw["global_blocks"] = tuple(m.global_blocks)
+    if m.dense:
+        raise ConfigError("model.dense=True builds a backbone without a classification head, which the trainer "
+                          "cannot train yet (no dense task); read its features with `vit-jax predict --features`")
     if m.resnet_layers:
         kw["resnet_layers"] = tuple(m.resnet_layers)
     if not m.variant:
