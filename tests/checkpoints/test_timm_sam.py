@@ -25,9 +25,9 @@ def timm_sam_state_dict(width=32, depth=4, heads=2, mlp=64, patch=8, grid=5, win
           "pos_embed": t(1, grid, grid, width)}
     for i in range(depth):
         s = grid if i in global_blocks else window
-        b = f"blocks.{i}"
+        b, hd = f"blocks.{i}", width // heads
         sd.update({f"{b}.norm1.weight": t(width), f"{b}.norm1.bias": t(width),
-                   f"{b}.attn.rel_pos_h": t(2 * s - 1, width // heads), f"{b}.attn.rel_pos_w": t(2 * s - 1, width // heads),
+                   f"{b}.attn.rel_pos_h": t(2 * s - 1, hd), f"{b}.attn.rel_pos_w": t(2 * s - 1, hd),
                    f"{b}.attn.qkv.weight": t(3 * width, width), f"{b}.attn.qkv.bias": t(3 * width),
                    f"{b}.attn.proj.weight": t(width, width), f"{b}.attn.proj.bias": t(width),
                    f"{b}.norm2.weight": t(width), f"{b}.norm2.bias": t(width),
@@ -86,3 +86,17 @@ def _save(tmp_path, sd):
     path = str(tmp_path / f"sd{len(list(tmp_path.iterdir()))}.safetensors")
     save_file(sd, path)
     return path
+
+
+def test_predict_writes_dense_and_token_maps_of_a_timm_sam_file(tmp_path, capsys):
+    ckpt = _save(tmp_path, timm_sam_state_dict(seed=3))  # 40 px images: a 5x5 grid in 3x3 windows, neck of 16
+    images = np.random.default_rng(0).uniform(-1, 1, (3, 40, 40, 3)).astype(np.float32)
+    np.savez(tmp_path / "batch.npz", images=images)
+    base = ["predict", "--checkpoint", ckpt, "--images", str(tmp_path / "batch.npz"), "--batch-size", "2"]
+    assert cli.main([*base, "--features", "dense", "--output", str(tmp_path / "f.npy")]) == 0
+    assert cli.main([*base, "--features", "tokens", "--output", str(tmp_path / "t.npy")]) == 0
+    dense, tokens = np.load(tmp_path / "f.npy"), np.load(tmp_path / "t.npy")
+    assert dense.shape == (3, 5, 5, 16) and tokens.shape == (3, 5, 5, 32)
+    assert np.isfinite(dense).all() and np.isfinite(tokens).all() and not np.allclose(dense[0], dense[1])
+    assert cli.main([*base, "--features", "logits", "--output", str(tmp_path / "x.npy")]) == 2
+    assert "dense backbone" in capsys.readouterr().err

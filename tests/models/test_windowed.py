@@ -84,7 +84,8 @@ def _reference(p, cfg, img):
                 pos = [(a, c) for a in range(ws) for c in range(ws)]
                 for qi, (qa, qc) in enumerate(pos):
                     for ki, (ka, kc) in enumerate(pos):
-                        logits[:, qi, ki] += q[:, qi] @ tab["h"][qa - ka + ws - 1] + q[:, qi] @ tab["w"][qc - kc + ws - 1]
+                        rh, rw = tab["h"][qa - ka + ws - 1], tab["w"][qc - kc + ws - 1]
+                        logits[:, qi, ki] += q[:, qi] @ rh + q[:, qi] @ rw
                 w = np.exp(logits - logits.max(-1, keepdims=True))
                 w /= w.sum(-1, keepdims=True)
                 o = np.einsum("hqk,hkc->qhc", w, v)
