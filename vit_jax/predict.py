@@ -51,8 +51,12 @@ def predict(params, cfg, images: np.ndarray, batch_size: int = 64, features: str
     if (features == "logits") == cfg.dense:
         raise ValueError(_features_mismatch(cfg))
     model = FunctionalViT(cfg)
-    fn = jax.jit(lambda p, x: model.apply(p, x)[1]["tokens"].astype(jnp.float32) if features == "tokens"
-                 else model.apply(p, x)[0])
+    # One program for both dense maps (the neck is cheap next to the encoder): `dense` and `tokens` runs of the same
+    # model then share one compilation (the persistent cache keys on the program).
+    jitted = jax.jit(lambda p, x: _outputs(model.apply(p, x), cfg.dense))
+
+    def fn(p, x):
+        return jitted(p, x)[1 if features == "tokens" else 0]
     params = jax.tree.map(jnp.asarray, params)
     out = []
     for i in range(0, len(images), batch_size):
@@ -120,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
             top = np.argsort(-row)[:args.top_k]
             print(f"{name}: " + ", ".join(f"{c} ({row[c]:.3f})" for c in top))
     return 0
+
+
+def _outputs(result, dense: bool):
+    out, aux = result
+    return (out, aux["tokens"].astype(jnp.float32)) if dense else (out,)
 
 
 def _features_mismatch(cfg) -> str:

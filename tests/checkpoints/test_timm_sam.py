@@ -45,7 +45,7 @@ def test_sam_b_layout_infers_sams_architecture():
                              global_blocks=(2, 5, 8, 11), neck=256, shapes_only=True)
     cfg = infer_sam_config(sd)
     assert cfg == vit_config("B/16", image_size=1024, window_size=14, global_blocks=(2, 5, 8, 11), rel_pos=True,
-                             dense=True, neck_dim=256, gelu="erf")
+                             dense=True, neck_dim=256, gelu="erf", ln_eps=1e-5)  # timm's nn.LayerNorm default
 
 
 def test_timm_sam_state_dict_loads_and_exports_back_bit_identical(tmp_path):
@@ -53,8 +53,8 @@ def test_timm_sam_state_dict_loads_and_exports_back_bit_identical(tmp_path):
     path = str(tmp_path / "sam.safetensors")
     save_file(sd, path)  # as timm writes it: no vit_jax metadata
     cfg, params = load_any(path)
-    assert (cfg.grid, cfg.window_size, cfg.global_blocks, cfg.num_heads, cfg.neck_dim, cfg.gelu) == (
-        (5, 5), 3, (1, 3), 2, 16, "erf")
+    assert (cfg.grid, cfg.window_size, cfg.global_blocks, cfg.num_heads, cfg.neck_dim, cfg.gelu, cfg.ln_eps) == (
+        (5, 5), 3, (1, 3), 2, 16, "erf", 1e-5)
     back = to_timm_sam(params, cfg)
     assert sorted(back) == sorted(sd)
     for k in sd:
@@ -100,3 +100,15 @@ def test_predict_writes_dense_and_token_maps_of_a_timm_sam_file(tmp_path, capsys
     assert np.isfinite(dense).all() and np.isfinite(tokens).all() and not np.allclose(dense[0], dense[1])
     assert cli.main([*base, "--features", "logits", "--output", str(tmp_path / "x.npy")]) == 2
     assert "dense backbone" in capsys.readouterr().err
+
+
+def test_convert_to_another_resolution_resizes_posemb_and_global_rel_pos_tables(tmp_path, capsys):
+    src = _save(tmp_path, timm_sam_state_dict())  # 40 px: 5x5 grid, global tables of 9 rows, windowed of 5
+    dst = str(tmp_path / "56.safetensors")
+    assert cli.main(["convert", src, dst, "--to", "timm", "--image-size", "56"]) == 0
+    assert "resized encoder/rel_pos_1/h 9 -> 13 rows" in capsys.readouterr().out
+    cfg, _ = load_any(dst)
+    out = load_file(dst)
+    assert cfg.grid == (7, 7) and cfg.window_size == 3 and cfg.global_blocks == (1, 3)
+    assert out["pos_embed"].shape == (1, 7, 7, 32) and out["blocks.1.attn.rel_pos_w"].shape == (13, 16)
+    assert np.array_equal(out["blocks.0.attn.rel_pos_h"], timm_sam_state_dict()["blocks.0.attn.rel_pos_h"])

@@ -116,14 +116,18 @@ def infer_sam_config(sd: dict[str, np.ndarray]) -> ViTConfig:
     if not window:
         global_blocks = []
     neck = sd["neck.0.weight"].shape[0] if "neck.0.weight" in sd else 0
-    # timm builds SAM's blocks with nn.GELU: the exact (erf) GELU.
-    return vit_config(width=width, depth=depth, mlp_dim=sd["blocks.0.mlp.fc1.weight"].shape[0], num_heads=heads,
+    # timm builds SAM's blocks with nn.GELU (the exact, erf GELU) and nn.LayerNorm (eps 1e-5; SAM itself uses 1e-6).
+    return vit_config(ln_eps=1e-5, width=width, depth=depth, mlp_dim=sd["blocks.0.mlp.fc1.weight"].shape[0], num_heads=heads,
                       patch_size=(ph, pw), image_size=(gh * ph, gw * pw), window_size=window,
                       global_blocks=tuple(global_blocks), rel_pos=rel_pos, dense=True, neck_dim=neck, gelu="erf")
 
 
 def timm_sam_kwargs(cfg: ViTConfig) -> dict[str, Any]:
-    """`timm.models.vision_transformer_sam.VisionTransformerSAM(**kwargs)` computing the same function."""
+    """`timm.models.vision_transformer_sam.VisionTransformerSAM(**kwargs)` computing the same function.
+
+    timm's blocks normalise with eps 1e-5; a model with another `ln_eps` (SAM's own 1e-6) also needs
+    `norm_layer=partial(nn.LayerNorm, eps=ln_eps)`, which JSON cannot hold: the metadata's `layernorm_eps` says it.
+    """
     assert cfg.image_size[0] == cfg.image_size[1] and cfg.patch_size[0] == cfg.patch_size[1], "timm: square only"
     return dict(img_size=cfg.image_size[0], patch_size=cfg.patch_size[0], embed_dim=cfg.width, depth=cfg.depth,
                 num_heads=cfg.num_heads, mlp_ratio=cfg.mlp_dim / cfg.width, use_rel_pos=cfg.rel_pos,
@@ -135,8 +139,8 @@ def save_timm_sam(path: str, params: dict[str, Any], cfg: ViTConfig) -> None:
     from safetensors.numpy import save_file
 
     fields = ("image_size", "patch_size", "width", "depth", "mlp_dim", "num_heads", "gelu", "window_size",
-              "global_blocks", "rel_pos", "dense", "neck_dim")
-    meta = {"format": "pt", "timm_kwargs": json.dumps(timm_sam_kwargs(cfg)),
+              "global_blocks", "rel_pos", "dense", "neck_dim", "ln_eps")
+    meta = {"format": "pt", "timm_kwargs": json.dumps(timm_sam_kwargs(cfg)), "layernorm_eps": repr(cfg.ln_eps),
             "vit_jax_config": json.dumps({f: getattr(cfg, f) for f in fields})}
     save_file(to_timm_sam(params, cfg), path, metadata=meta)
 

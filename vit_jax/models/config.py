@@ -78,6 +78,9 @@ class ViTConfig:
     # (B, gh, gw, D) map, or the neck's (B, gh, gw, neck_dim) map when neck_dim > 0 (SAM: 256).
     dense: bool = False
     neck_dim: int = 0
+    # LayerNorm epsilon of the encoder (blocks and final norm): 1e-6 as the official ViT and SAM; timm's SAM port
+    # builds its blocks with torch's default 1e-5, so its state dicts load with that.
+    ln_eps: float = 1e-6
 
     def __post_init__(self):
         def check(name, value, allowed):
@@ -120,6 +123,8 @@ class ViTConfig:
         if self.dense and (self.num_classes or self.rep_size or self.pool != "gap"):
             raise ModelConfigError(f"dense=True is a backbone without head: needs num_classes=0, rep_size=0 and "
                                    f"pool='gap' (got {self.num_classes}, {self.rep_size}, {self.pool!r})")
+        if not 0 < self.ln_eps < 1:
+            raise ModelConfigError(f"ln_eps={self.ln_eps}: use a small positive epsilon such as 1e-6")
         if self.neck_dim < 0 or (self.neck_dim and not self.dense):
             raise ModelConfigError(f"neck_dim={self.neck_dim}: the neck exists only with dense=True and needs a "
                                    "positive channel count")

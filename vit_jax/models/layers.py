@@ -130,15 +130,16 @@ class PatchEmbed(nnx.Module):
 class LayerNorm(nnx.Module):
     """LayerNorm with statistics in float32 whatever the compute dtype (bf16 variance underflows)."""
 
-    def __init__(self, dim: int, *, param_dtype, rngs):
+    def __init__(self, dim: int, *, param_dtype, rngs, eps: float = LN_EPS):
         self.scale = param(rngs, ones, (dim,), param_dtype, ("norm",))
         self.bias = param(rngs, zeros, (dim,), param_dtype, ("norm",))
+        self.eps = eps
 
     def __call__(self, x: jax.Array) -> jax.Array:
         xf = x.astype(jnp.float32)
         mean = xf.mean(-1, keepdims=True)
         var = jnp.square(xf - mean).mean(-1, keepdims=True)
-        y = (xf - mean) * jax.lax.rsqrt(var + LN_EPS)
+        y = (xf - mean) * jax.lax.rsqrt(var + self.eps)
         y = y * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)
         return y.astype(x.dtype)
 
@@ -293,10 +294,10 @@ class Mlp(nnx.Module):
 class EncoderBlock(nnx.Module):
     """Pre-LayerNorm Transformer block: x + MHSA(LN(x)), then x + MLP(LN(x))."""
 
-    def __init__(self, dim: int, mlp_dim: int, heads: int, *, param_dtype, rngs):
-        self.ln1 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs)
+    def __init__(self, dim: int, mlp_dim: int, heads: int, *, param_dtype, rngs, ln_eps: float = LN_EPS):
+        self.ln1 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs, eps=ln_eps)
         self.attn = MultiHeadAttention(dim, heads, param_dtype=param_dtype, rngs=rngs)
-        self.ln2 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs)
+        self.ln2 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs, eps=ln_eps)
         self.mlp = Mlp(dim, mlp_dim, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x, *, gelu_kind: str, dropout_rate=0.0, attention_dropout=0.0, drop_path_rate=0.0,

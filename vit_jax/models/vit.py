@@ -55,7 +55,8 @@ class Encoder(nnx.Module):
 
         @nnx.vmap(in_axes=0, out_axes=0)
         def make_blocks(key):
-            return L.EncoderBlock(cfg.width, cfg.mlp_dim, cfg.num_heads, param_dtype=pd, rngs=nnx.Rngs(params=key))
+            return L.EncoderBlock(cfg.width, cfg.mlp_dim, cfg.num_heads, param_dtype=pd, rngs=nnx.Rngs(params=key),
+                                  ln_eps=cfg.ln_eps)
 
         self.blocks = make_blocks(jax.random.split(rngs.params(), cfg.depth))
         for _, v in nnx.iter_graph(self.blocks):
@@ -67,7 +68,7 @@ class Encoder(nnx.Module):
             setattr(self, f"rel_pos_{i}", L.RelPosTables(cfg.attention_size(i), cfg.width // cfg.num_heads,
                                                          param_dtype=pd, rngs=rngs))
         # SAM's encoder ends without a LayerNorm (its neck normalises); a dense backbone follows it.
-        self.norm = None if cfg.dense else L.LayerNorm(cfg.width, param_dtype=pd, rngs=rngs)
+        self.norm = None if cfg.dense else L.LayerNorm(cfg.width, param_dtype=pd, rngs=rngs, eps=cfg.ln_eps)
         self.cfg = cfg
 
     def __call__(self, x, *, key=None, capture_blocks=False, capture_attention=False):

@@ -222,7 +222,8 @@ def resolve_durations(config: ml_collections.ConfigDict, train_examples: int) ->
 
 # What a checkpoint's architecture fixes, when a fine-tuning config takes its model from init.checkpoint.
 ARCHITECTURE_FIELDS = ("width", "depth", "mlp_dim", "num_heads", "patch_size", "pool", "posemb", "gelu",
-                       "resnet_layers", "resnet_width", "window_size", "global_blocks", "rel_pos", "dense", "neck_dim")
+                       "resnet_layers", "resnet_width", "window_size", "global_blocks", "rel_pos", "dense", "neck_dim",
+                       "ln_eps")
 
 
 def model_config(config: ml_collections.ConfigDict, num_classes: int, architecture=None):
