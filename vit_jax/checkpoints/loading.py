@@ -8,6 +8,7 @@ from typing import Any
 from vit_jax.checkpoints.layouts import CheckpointReadError
 from vit_jax.errors import one_line
 from vit_jax.models.config import ViTConfig
+from vit_jax.storage.remote import is_url
 
 
 def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig, dict[str, Any]]:
@@ -21,7 +22,7 @@ def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig, dict[str, Any]]:
     """
     path = os.fspath(path)
     check_exists(path)
-    remote = "://" in path
+    remote = is_url(path)
     if path.endswith(".npz"):
         from vit_jax.checkpoints.npz import load_npz_params
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from vit_jax.checkpoints.layouts import CheckpointMismatchError, check_against, flatten, unflatten
-from vit_jax.checkpoints.timm import _conv, _unconv, blocks_from_timm, blocks_to_timm
+from vit_jax.checkpoints.timm_blocks import blocks_from_timm, blocks_to_timm, conv_from_torch, conv_to_torch
 from vit_jax.models.config import ViTConfig
 
 NECK = (("neck.1", "neck/ln1"), ("neck.3", "neck/ln2"))
@@ -43,14 +43,14 @@ def to_timm_sam(params: dict[str, Any], cfg: ViTConfig) -> dict[str, np.ndarray]
     """Our parameters -> timm VisionTransformerSAM state dict (numpy arrays)."""
     check_sam_compatible(cfg)
     p = {k: np.asarray(v) for k, v in flatten(params).items()}
-    out = {"patch_embed.proj.weight": _conv(p["embedding/kernel"]), "patch_embed.proj.bias": p["embedding/bias"],
+    out = {"patch_embed.proj.weight": conv_to_torch(p["embedding/kernel"]), "patch_embed.proj.bias": p["embedding/bias"],
            "pos_embed": p["pos_embedding"].reshape(1, *cfg.grid, cfg.width)}
     out.update(blocks_to_timm(p, cfg))
     for i in range(cfg.depth if cfg.rel_pos else 0):
         out[f"blocks.{i}.attn.rel_pos_h"] = p[f"encoder/rel_pos_{i}/h"]
         out[f"blocks.{i}.attn.rel_pos_w"] = p[f"encoder/rel_pos_{i}/w"]
     if cfg.neck_dim:
-        out["neck.0.weight"], out["neck.2.weight"] = _conv(p["neck/conv1"]), _conv(p["neck/conv2"])
+        out["neck.0.weight"], out["neck.2.weight"] = conv_to_torch(p["neck/conv1"]), conv_to_torch(p["neck/conv2"])
         for t, ours in NECK:
             out[f"{t}.weight"], out[f"{t}.bias"] = p[f"{ours}/scale"], p[f"{ours}/bias"]
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
@@ -66,7 +66,7 @@ def from_timm_sam(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
             raise CheckpointMismatchError(f"timm SAM state dict lacks '{key}' needed by {cfg.name}")
         return np.asarray(sd.pop(key))
 
-    p = {"embedding/kernel": _unconv(pop("patch_embed.proj.weight")), "embedding/bias": pop("patch_embed.proj.bias")}
+    p = {"embedding/kernel": conv_from_torch(pop("patch_embed.proj.weight")), "embedding/bias": pop("patch_embed.proj.bias")}
     pos = pop("pos_embed")
     p["pos_embedding"] = pos.reshape(1, -1, pos.shape[-1])
     p.update(blocks_from_timm(pop, cfg))
@@ -74,7 +74,7 @@ def from_timm_sam(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
         p[f"encoder/rel_pos_{i}/h"] = pop(f"blocks.{i}.attn.rel_pos_h")
         p[f"encoder/rel_pos_{i}/w"] = pop(f"blocks.{i}.attn.rel_pos_w")
     if cfg.neck_dim:
-        p["neck/conv1"], p["neck/conv2"] = _unconv(pop("neck.0.weight")), _unconv(pop("neck.2.weight"))
+        p["neck/conv1"], p["neck/conv2"] = conv_from_torch(pop("neck.0.weight")), conv_from_torch(pop("neck.2.weight"))
         for t, ours in NECK:
             p[f"{ours}/scale"], p[f"{ours}/bias"] = pop(f"{t}.weight"), pop(f"{t}.bias")
     if any(k.startswith("head.") for k in sd):

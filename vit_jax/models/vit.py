@@ -21,7 +21,8 @@ from vit_jax.models import layers as L
 from vit_jax.models.config import ViTConfig
 from vit_jax.models.resnet import ResNetStem, resnet_out_channels
 
-REMAT_POLICIES = {
+# What jax.checkpoint saves under each remat name of models/config.py REMAT_POLICIES ("none": no checkpointing).
+_SAVED_UNDER_REMAT = {
     "full": None,  # save nothing: recompute the whole block in the backward pass
     "dots": jax.checkpoint_policies.checkpoint_dots,
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
@@ -97,7 +98,7 @@ class Encoder(nnx.Module):
                 return y, ((y if capture_blocks else None), weights)
 
             if cfg.remat != "none":
-                block_fn = jax.checkpoint(block_fn, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan)
+                block_fn = jax.checkpoint(block_fn, policy=_SAVED_UNDER_REMAT[cfg.remat], prevent_cse=not cfg.scan)
             return block_fn
 
         if cfg.scan:
