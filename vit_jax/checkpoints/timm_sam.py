@@ -43,7 +43,8 @@ def to_timm_sam(params: dict[str, Any], cfg: ViTConfig) -> dict[str, np.ndarray]
     """Our parameters -> timm VisionTransformerSAM state dict (numpy arrays)."""
     check_sam_compatible(cfg)
     p = {k: np.asarray(v) for k, v in flatten(params).items()}
-    out = {"patch_embed.proj.weight": conv_to_torch(p["embedding/kernel"]), "patch_embed.proj.bias": p["embedding/bias"],
+    out = {"patch_embed.proj.weight": conv_to_torch(p["embedding/kernel"]),
+           "patch_embed.proj.bias": p["embedding/bias"],
            "pos_embed": p["pos_embedding"].reshape(1, *cfg.grid, cfg.width)}
     out.update(blocks_to_timm(p, cfg))
     for i in range(cfg.depth if cfg.rel_pos else 0):
@@ -66,7 +67,8 @@ def from_timm_sam(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
             raise CheckpointMismatchError(f"timm SAM state dict lacks '{key}' needed by {cfg.name}")
         return np.asarray(sd.pop(key))
 
-    p = {"embedding/kernel": conv_from_torch(pop("patch_embed.proj.weight")), "embedding/bias": pop("patch_embed.proj.bias")}
+    p = {"embedding/kernel": conv_from_torch(pop("patch_embed.proj.weight")),
+         "embedding/bias": pop("patch_embed.proj.bias")}
     pos = pop("pos_embed")
     p["pos_embedding"] = pos.reshape(1, -1, pos.shape[-1])
     p.update(blocks_from_timm(pop, cfg))
@@ -117,8 +119,8 @@ def infer_sam_config(sd: dict[str, np.ndarray]) -> ViTConfig:
         global_blocks = []
     neck = sd["neck.0.weight"].shape[0] if "neck.0.weight" in sd else 0
     # timm builds SAM's blocks with nn.GELU (the exact, erf GELU) and nn.LayerNorm (eps 1e-5; SAM itself uses 1e-6).
-    return vit_config(ln_eps=1e-5, width=width, depth=depth, mlp_dim=sd["blocks.0.mlp.fc1.weight"].shape[0], num_heads=heads,
-                      patch_size=(ph, pw), image_size=(gh * ph, gw * pw), window_size=window,
+    return vit_config(width=width, depth=depth, mlp_dim=sd["blocks.0.mlp.fc1.weight"].shape[0], num_heads=heads,
+                      patch_size=(ph, pw), ln_eps=1e-5, image_size=(gh * ph, gw * pw), window_size=window,
                       global_blocks=tuple(global_blocks), rel_pos=rel_pos, dense=True, neck_dim=neck, gelu="erf")
 
 
