@@ -7,6 +7,10 @@ folder that cannot be read or decoded (not an image, empty, over the pixel budge
 reason, and counted; `--strict` makes it an error. For a folder, OUTPUT.json lists the file of each logits row and
 the skipped files with their reasons.
 
+--features picks what is written: `logits` (classifiers), or for dense backbones (SAM-style, e.g. a timm
+`samvit_base_patch16` .safetensors) `dense`, the model's feature map (the neck's output when it has one), or
+`tokens`, the (N, gh, gw, D) patch-token map before the neck; both NHWC. A dense backbone writes `dense` by default.
+
 --image-size is for checkpoints that do not record their resolution (fixed sin-cos posemb, non-square patch grid);
 with an array of images it defaults to the images' own height and width.
 """
@@ -36,11 +40,24 @@ def load_image_array(path: str) -> np.ndarray:
     return np.asarray(np.load(path, allow_pickle=False), np.float32)
 
 
-def predict(params, cfg, images: np.ndarray, batch_size: int = 64) -> np.ndarray:
+FEATURES = ("logits", "dense", "tokens")
+
+
+def predict(params, cfg, images: np.ndarray, batch_size: int = 64, features: str = "logits") -> np.ndarray:
+    """The model's output on NHWC images: logits, or for a dense backbone its `dense` or `tokens` feature map."""
     if images.ndim != 4 or images.shape[-1] != 3:
         raise ValueError(f"images must be (N, H, W, 3), got {images.shape}")
+    if features not in FEATURES:
+        raise ValueError(f"features={features!r} is not one of {FEATURES}")
+    if (features == "logits") == cfg.dense:
+        raise ValueError(_features_mismatch(cfg))
     model = FunctionalViT(cfg)
-    fn = jax.jit(lambda p, x: model.apply(p, x)[0])
+    # One program for both dense maps (the neck is cheap next to the encoder): `dense` and `tokens` runs of the same
+    # model then share one compilation (the persistent cache keys on the program).
+    jitted = jax.jit(lambda p, x: _outputs(model.apply(p, x), cfg.dense))
+
+    def fn(p, x):
+        return jitted(p, x)[1 if features == "tokens" else 0]
     params = jax.tree.map(jnp.asarray, params)
     out = []
     for i in range(0, len(images), batch_size):
@@ -60,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", required=True, help="where to write the logits (.npy)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--top-k", type=int, default=0, help="also print the top-k classes of each image")
+    ap.add_argument("--features", choices=FEATURES, help="what to write: logits (classifiers), or a dense backbone's "
+                    "dense (default; after the neck) or tokens (before it) feature map, NHWC")
     ap.add_argument("--strict", action="store_true", help="an unreadable image file is an error (default: skipped)")
     ap.add_argument("--image-size", type=parse_size,
                     help="model resolution, e.g. 224 or 384x512, for checkpoints that do not record it (default for "
@@ -89,10 +108,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{cfg.image_size[0]}x{cfg.image_size[1]}; convert with --image-size to change the resolution",
               file=sys.stderr)
         return 2
-    logits = predict(params, cfg, images, args.batch_size)
+    features = args.features or ("dense" if cfg.dense else "logits")
+    if (features == "logits") == cfg.dense or (args.top_k and features != "logits"):
+        print(f"error: --features {features}{' with --top-k' if args.top_k else ''}: {_features_mismatch(cfg)}",
+              file=sys.stderr)
+        return 2
+    logits = predict(params, cfg, images, args.batch_size, features)
     np.save(args.output, logits)
     counted = f"; skipped {len(skipped)} unreadable file(s)" if skipped else ""
-    print(f"wrote {args.output}: logits {logits.shape}{counted}")
+    print(f"wrote {args.output}: {features} {logits.shape}{counted}")
     if skipped is not None:
         with open(args.output + ".json", "w") as f:
             json.dump({"files": names, "skipped": skipped}, f, indent=1)
@@ -101,6 +125,17 @@ def main(argv: list[str] | None = None) -> int:
             top = np.argsort(-row)[:args.top_k]
             print(f"{name}: " + ", ".join(f"{c} ({row[c]:.3f})" for c in top))
     return 0
+
+
+def _outputs(result, dense: bool):
+    out, aux = result
+    return (out, aux["tokens"].astype(jnp.float32)) if dense else (out,)
+
+
+def _features_mismatch(cfg) -> str:
+    if cfg.dense:
+        return f"{cfg.name} is a dense backbone without classes: use --features dense or tokens (no --top-k)"
+    return f"{cfg.name} is a classifier: use --features logits (dense and tokens need a dense backbone)"
 
 
 def _recorded_eval_pp(path: str) -> str | None:

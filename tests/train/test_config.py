@@ -161,3 +161,18 @@ def test_evaluators_are_chosen_by_name(tmp_path):
     c.eval.evaluators = ("clasification",)
     with pytest.raises(ConfigError, match=r"unknown evaluator\(s\) 'clasification'; known: classification, fewshot"):
         kinds()
+
+
+def test_windowed_attention_options_reach_the_model_and_are_validated():
+    c = _valid()
+    c.model.update(variant="B/16", image_size=448, pool="gap", window_size=14, global_blocks=[2, 5, 8, 11],
+                   rel_pos=True)
+    validate(c)
+    m = model_config(c, num_classes=10)
+    assert (m.window_size, m.global_blocks, m.rel_pos, m.num_classes) == (14, (2, 5, 8, 11), True, 10)
+    c.model.pool = "token"
+    with pytest.raises(ValueError, match="class token"):
+        model_config(c, num_classes=10)
+    c.model.update(window_size=0, global_blocks=[], pool="gap", dense=True)
+    with pytest.raises(ConfigError, match="vit-jax predict --features"):
+        model_config(c, num_classes=10)

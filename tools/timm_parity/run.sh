@@ -8,3 +8,6 @@ cd "$(dirname "$0")/../.."
 OUT="$(mktemp -d)"
 "${PYTHON:-.venv/bin/python}" tools/timm_parity/export.py "$OUT"
 "${TIMM_PYTHON:?set TIMM_PYTHON to a python with torch and timm}" tools/timm_parity/check.py "$OUT"
+# SAM-style backbones (timm's VisionTransformerSAM, samvit_base_patch16 at 1024 px): timm writes, vit_jax compares.
+"$TIMM_PYTHON" tools/timm_parity_sam.py timm "$OUT"
+"${PYTHON:-.venv/bin/python}" tools/timm_parity_sam.py ours "$OUT"

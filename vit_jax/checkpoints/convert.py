@@ -97,5 +97,9 @@ def describe(cfg) -> str:
         extra.append(f"pre-logits={cfg.rep_size}")
     if cfg.resnet_layers:
         extra.append(f"resnet={cfg.resnet_layers}x{cfg.resnet_width}")
+    if cfg.window_size:
+        extra.append(f"window={cfg.window_size} global_blocks={cfg.global_blocks}")
+    extra += [name for name, on in (("rel_pos", cfg.rel_pos), ("dense", cfg.dense),
+                                    (f"neck={cfg.neck_dim}", cfg.neck_dim)) if on]
     return (f"{cfg.name} (width {cfg.width}, depth {cfg.depth}, heads {cfg.num_heads}, mlp {cfg.mlp_dim}, "
             f"patch {cfg.patch_size[0]}x{cfg.patch_size[1]}, {', '.join(extra)})")

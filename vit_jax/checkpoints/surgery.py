@@ -14,6 +14,7 @@ import numpy as np
 
 from vit_jax.checkpoints.layouts import CheckpointMismatchError, flatten, unflatten
 from vit_jax.models.config import ViTConfig
+from vit_jax.models.windows import resize_rel_pos
 
 RESIZE_METHODS = ("bicubic", "bilinear")
 
@@ -37,6 +38,10 @@ def resize_posemb(posemb: np.ndarray, old_grid: tuple[int, int], new_grid: tuple
     return np.concatenate([prefix, resized], axis=1)
 
 
+def _is_rel_pos(key: str) -> bool:
+    return key.startswith("encoder/rel_pos_")
+
+
 def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dict[str, Any], target_cfg: ViTConfig,
                  *, reinit: tuple[str, ...] = ("head",), posemb_method: str = "bicubic"
                  ) -> tuple[dict[str, Any], list[str]]:
@@ -44,7 +49,8 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
 
     - parameters under a `reinit` prefix (default: the head) keep their fresh (zero) initialisation;
     - a pre-logits layer the target lacks is dropped; one the target adds stays freshly initialised;
-    - the learned position embedding is resized to the target grid (class-token row kept apart);
+    - the learned position embedding is resized to the target grid (class-token row kept apart), and relative
+      position tables to the target's attention sizes (global blocks follow the grid);
     - everything else must match in name and shape, or a CheckpointMismatchError lists every difference.
     """
     src = {k: np.asarray(v) for k, v in flatten(loaded).items()}
@@ -79,6 +85,10 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
             value = resize_posemb(value, loaded_cfg.grid, target_cfg.grid,
                                   1 if loaded_cfg.pool == "token" else 0, posemb_method)
             notes.append(f"resized pos_embedding {loaded_cfg.grid} -> {target_cfg.grid} ({posemb_method})")
+        if _is_rel_pos(key) and value.shape[1:] == init_value.shape[1:] and value.shape != init_value.shape:
+            notes.append(f"resized {key} {value.shape[0]} -> {init_value.shape[0]} rows (linear, as SAM "
+                         "interpolates a table trained for another attention size)")
+            value = np.asarray(resize_rel_pos(jnp.asarray(value), init_value.shape[0]))
         if tuple(value.shape) != tuple(init_value.shape):
             mismatched.append(f"{key} {tuple(value.shape)} vs {tuple(init_value.shape)}")
             continue

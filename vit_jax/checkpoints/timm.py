@@ -20,19 +20,9 @@ from typing import Any
 import numpy as np
 
 from vit_jax.checkpoints.layouts import CheckpointMismatchError, check_against, flatten, unflatten
+from vit_jax.checkpoints.timm_blocks import (blocks_from_timm, blocks_to_timm, conv_from_torch, conv_to_torch,
+                                             linear_to_torch)
 from vit_jax.models.config import ViTConfig
-
-
-def _linear(kernel: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(kernel.reshape(kernel.shape[0], -1).T) if kernel.ndim == 2 else kernel
-
-
-def _conv(kernel: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))  # (kh, kw, in, out) -> (out, in, kh, kw)
-
-
-def _unconv(weight: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(weight.transpose(2, 3, 1, 0))
 
 
 def check_timm_compatible(cfg: ViTConfig) -> None:
@@ -70,26 +60,13 @@ def to_timm(params: dict[str, Any], cfg: ViTConfig) -> dict[str, np.ndarray]:
     check_timm_compatible(cfg)
     p = {k: np.asarray(v) for k, v in flatten(params).items()}
     out: dict[str, np.ndarray] = {}
-    out["patch_embed.proj.weight"] = _conv(p["embedding/kernel"])
+    out["patch_embed.proj.weight"] = conv_to_torch(p["embedding/kernel"])
     out["patch_embed.proj.bias"] = p["embedding/bias"]
     if cfg.pool == "token":
         out["cls_token"] = p["cls"]
     out["pos_embed"] = p["pos_embedding"]
-    b = "encoder/blocks"
     d = cfg.width
-    for i in range(cfg.depth):
-        t = f"blocks.{i}"
-        out[f"{t}.norm1.weight"], out[f"{t}.norm1.bias"] = p[f"{b}/ln1/scale"][i], p[f"{b}/ln1/bias"][i]
-        out[f"{t}.attn.qkv.weight"] = np.concatenate(
-            [p[f"{b}/attn/{n}/kernel"][i].reshape(d, d).T for n in ("query", "key", "value")])
-        out[f"{t}.attn.qkv.bias"] = np.concatenate([p[f"{b}/attn/{n}/bias"][i].reshape(d) for n in
-                                                   ("query", "key", "value")])
-        out[f"{t}.attn.proj.weight"] = np.ascontiguousarray(p[f"{b}/attn/out/kernel"][i].reshape(d, d).T)
-        out[f"{t}.attn.proj.bias"] = p[f"{b}/attn/out/bias"][i]
-        out[f"{t}.norm2.weight"], out[f"{t}.norm2.bias"] = p[f"{b}/ln2/scale"][i], p[f"{b}/ln2/bias"][i]
-        for fc in ("fc1", "fc2"):
-            out[f"{t}.mlp.{fc}.weight"] = _linear(p[f"{b}/mlp/{fc}/kernel"][i])
-            out[f"{t}.mlp.{fc}.bias"] = p[f"{b}/mlp/{fc}/bias"][i]
+    out.update(blocks_to_timm(p, cfg))
     out["norm.weight"], out["norm.bias"] = p["encoder/norm/scale"], p["encoder/norm/bias"]
     if cfg.pool == "map":
         m = "map_head"
@@ -103,10 +80,10 @@ def to_timm(params: dict[str, Any], cfg: ViTConfig) -> dict[str, np.ndarray]:
         out["attn_pool.proj.bias"] = p[f"{m}/attn/out/bias"]
         out["attn_pool.norm.weight"], out["attn_pool.norm.bias"] = p[f"{m}/ln/scale"], p[f"{m}/ln/bias"]
         for fc in ("fc1", "fc2"):
-            out[f"attn_pool.mlp.{fc}.weight"] = _linear(p[f"{m}/mlp/{fc}/kernel"])
+            out[f"attn_pool.mlp.{fc}.weight"] = linear_to_torch(p[f"{m}/mlp/{fc}/kernel"])
             out[f"attn_pool.mlp.{fc}.bias"] = p[f"{m}/mlp/{fc}/bias"]
     if cfg.num_classes:
-        out["head.weight"] = _linear(p["head/kernel"])
+        out["head.weight"] = linear_to_torch(p["head/kernel"])
         out["head.bias"] = p["head/bias"]
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
@@ -124,34 +101,12 @@ def from_timm(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
             raise CheckpointMismatchError(f"timm state dict lacks '{key}' needed by {cfg.name}")
         return np.asarray(sd.pop(key))
 
-    p["embedding/kernel"] = _unconv(pop("patch_embed.proj.weight"))
+    p["embedding/kernel"] = conv_from_torch(pop("patch_embed.proj.weight"))
     p["embedding/bias"] = pop("patch_embed.proj.bias")
     if cfg.pool == "token":
         p["cls"] = pop("cls_token")
     p["pos_embedding"] = pop("pos_embed")
-    per_block: dict[str, list] = {}
-
-    def add(key, value):
-        per_block.setdefault(key, []).append(value)
-
-    for i in range(cfg.depth):
-        t = f"blocks.{i}"
-        add("ln1/scale", pop(f"{t}.norm1.weight"))
-        add("ln1/bias", pop(f"{t}.norm1.bias"))
-        qkv_w = pop(f"{t}.attn.qkv.weight")
-        qkv_b = pop(f"{t}.attn.qkv.bias")
-        for j, n in enumerate(("query", "key", "value")):
-            add(f"attn/{n}/kernel", qkv_w[j * d:(j + 1) * d].T.reshape(d, h, k))
-            add(f"attn/{n}/bias", qkv_b[j * d:(j + 1) * d].reshape(h, k))
-        add("attn/out/kernel", pop(f"{t}.attn.proj.weight").T.reshape(h, k, d))
-        add("attn/out/bias", pop(f"{t}.attn.proj.bias"))
-        add("ln2/scale", pop(f"{t}.norm2.weight"))
-        add("ln2/bias", pop(f"{t}.norm2.bias"))
-        for fc in ("fc1", "fc2"):
-            add(f"mlp/{fc}/kernel", pop(f"{t}.mlp.{fc}.weight").T)
-            add(f"mlp/{fc}/bias", pop(f"{t}.mlp.{fc}.bias"))
-    for key, values in per_block.items():
-        p[f"encoder/blocks/{key}"] = np.stack(values)
+    p.update(blocks_from_timm(pop, cfg))
     p["encoder/norm/scale"], p["encoder/norm/bias"] = pop("norm.weight"), pop("norm.bias")
     if cfg.pool == "map":
         m = "map_head"
@@ -183,6 +138,11 @@ def from_timm(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
 def save_timm(path: str, params: dict[str, Any], cfg: ViTConfig) -> None:
     from safetensors.numpy import save_file
 
+    if cfg.dense or cfg.spatial_attention:  # a SAM-style backbone: timm's VisionTransformerSAM layout
+        from vit_jax.checkpoints.timm_sam import save_timm_sam
+
+        return save_timm_sam(path, params, cfg)
+
     meta = {"format": "pt", "timm_kwargs": json.dumps(timm_kwargs(cfg)), "vit_jax_config": json.dumps(
         {"variant_name": cfg.name, **{f: getattr(cfg, f) for f in ("image_size", "patch_size", "width", "depth",
                                                                   "mlp_dim", "num_heads", "pool", "num_classes",
@@ -196,9 +156,13 @@ def load_timm(path: str, cfg: ViTConfig | None = None) -> tuple[ViTConfig, dict[
     from safetensors.numpy import load_file
 
     sd = load_file(path)
+    with safe_open(path, "np") as f:
+        meta = f.metadata() or {}
+    from vit_jax.checkpoints import timm_sam
+
+    if timm_sam.is_sam_state_dict(sd):  # routed by the keys: rel_pos tables, a neck, or an NHWC pos_embed
+        return timm_sam.load_timm_sam(sd, meta, cfg)
     if cfg is None:
-        with safe_open(path, "np") as f:
-            meta = f.metadata() or {}
         cfg = infer_timm_config(sd, json.loads(meta["vit_jax_config"]) if "vit_jax_config" in meta else None)
     return cfg, from_timm(sd, cfg)
 

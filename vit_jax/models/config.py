@@ -72,6 +72,18 @@ class ViTConfig:
     # R+ViT-Ti checkpoints: resnet.num_layers=(), 8x8 patches on the stride-4 root)
     resnet_layers: tuple[int, ...] = ()
     resnet_width: int = 1  # hybrid: width factor of the ResNet stem
+    # High-resolution backbones (SAM / ViTDet): blocks attend inside window_size x window_size windows of the patch
+    # grid (padded to a multiple of the window), except those in global_blocks; 0 = every block global.
+    window_size: int = 0
+    global_blocks: tuple[int, ...] = ()
+    rel_pos: bool = False  # decomposed relative position bias (per block tables of 2*S-1 rows, S its attention size)
+    # dense: a backbone without class token, final LayerNorm or head; the model returns the patch tokens as a
+    # (B, gh, gw, D) map, or the neck's (B, gh, gw, neck_dim) map when neck_dim > 0 (SAM: 256).
+    dense: bool = False
+    neck_dim: int = 0
+    # LayerNorm epsilon of the encoder (blocks and final norm): 1e-6 as the official ViT and SAM; timm's SAM port
+    # builds its blocks with torch's default 1e-5, so its state dicts load with that.
+    ln_eps: float = 1e-6
 
     def __post_init__(self):
         def check(name, value, allowed):
@@ -91,11 +103,47 @@ class ViTConfig:
             raise ModelConfigError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
         if self.posemb == "sincos2d" and self.width % 4:
             raise ModelConfigError(f"sincos2d position embeddings need width divisible by 4, got {self.width}")
+        self._check_spatial()
         fh, fw = self.feature_grid_input
         if fh % self.patch_size[0] or fw % self.patch_size[1]:
             raise ModelConfigError(
                 f"image size {self.image_size} (feature map {fh}x{fw} after the stem) is not divisible by patch "
                 f"size {self.patch_size}")
+
+    def _check_spatial(self) -> None:
+        if self.window_size < 0:
+            raise ModelConfigError(f"window_size={self.window_size}: use 0 (global attention) or a window in patches")
+        bad = [i for i in self.global_blocks if not 0 <= i < self.depth]
+        if bad or len(set(self.global_blocks)) != len(self.global_blocks):
+            raise ModelConfigError(f"global_blocks={self.global_blocks}: give distinct block indices in "
+                                   f"[0, {self.depth})")
+        if self.global_blocks and not self.window_size:
+            raise ModelConfigError("global_blocks is set but window_size=0 (every block is already global); "
+                                   "set window_size")
+        if (self.window_size or self.rel_pos) and self.pool == "token":
+            raise ModelConfigError("window_size/rel_pos work on the patch grid, which has no class token: use "
+                                   "pool='gap' or 'map', or dense=True")
+        if self.dense and (self.num_classes or self.rep_size or self.pool != "gap"):
+            raise ModelConfigError(f"dense=True is a backbone without head: needs num_classes=0, rep_size=0 and "
+                                   f"pool='gap' (got {self.num_classes}, {self.rep_size}, {self.pool!r})")
+        if not 0 < self.ln_eps < 1:
+            raise ModelConfigError(f"ln_eps={self.ln_eps}: use a small positive epsilon such as 1e-6")
+        if self.neck_dim < 0 or (self.neck_dim and not self.dense):
+            raise ModelConfigError(f"neck_dim={self.neck_dim}: the neck exists only with dense=True and needs a "
+                                   "positive channel count")
+
+    def is_global(self, block: int) -> bool:
+        """Whether encoder block `block` attends over the whole grid (else inside windows)."""
+        return not self.window_size or block in self.global_blocks
+
+    def attention_size(self, block: int) -> tuple[int, int]:
+        """The (rows, columns) of tokens one attention of block `block` sees: the grid, or one window."""
+        return self.grid if self.is_global(block) else (self.window_size, self.window_size)
+
+    @property
+    def spatial_attention(self) -> bool:
+        """Blocks attend on the 2D grid (windows and/or relative positions) rather than over a flat sequence."""
+        return bool(self.window_size or self.rel_pos)
 
     @property
     def stem_stride(self) -> int:
@@ -162,8 +210,9 @@ def _normalise(kw: dict[str, Any]) -> dict[str, Any]:
     for k in ("image_size", "patch_size"):
         if k in kw:
             kw[k] = _pair(kw[k])
-    if "resnet_layers" in kw:
-        kw["resnet_layers"] = tuple(int(x) for x in (kw["resnet_layers"] or ()))
+    for k in ("resnet_layers", "global_blocks"):
+        if k in kw:
+            kw[k] = tuple(int(x) for x in (kw[k] or ()))
     if kw.get("rep_size") is None and "rep_size" in kw:
         kw["rep_size"] = 0
     if kw.get("num_classes") is None and "num_classes" in kw:
@@ -202,5 +251,7 @@ def parse_variant(variant: str) -> dict[str, Any]:
 def vit_config(variant: str | None = None, **overrides: Any) -> ViTConfig:
     """Builds a ViTConfig from a variant string plus keyword overrides (custom sizes by keyword)."""
     kw = parse_variant(variant) if variant else {}
+    if overrides.get("dense"):  # a backbone: no head and no class token unless asked (and then refused, clearly)
+        kw.update(num_classes=0, pool="gap")
     kw.update(overrides)
     return ViTConfig(**_normalise(kw))

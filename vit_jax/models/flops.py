@@ -46,6 +46,18 @@ def _resnet_flops(cfg: ViTConfig) -> tuple[float, int, int, int]:
     return total, h, w, cin
 
 
+def _grid_block_flops(cfg: ViTConfig, block: int) -> float:
+    """One block attending on the patch grid: windows see the padded grid (projections and attention run on the
+    padding too, as in SAM), and the decomposed relative position bias costs q . R for rows and for columns."""
+    d, (gh, gw) = cfg.width, cfg.grid
+    sh, sw = cfg.attention_size(block)
+    tokens = (-(-gh // sh) * sh) * (-(-gw // sw) * sw)  # the grid padded to whole windows
+    flops = 2.0 * tokens * d * 3 * d + 2.0 * 2 * tokens * sh * sw * d + 2.0 * tokens * d * d
+    if cfg.rel_pos:
+        flops += 2.0 * tokens * (sh + sw) * d
+    return flops + 2.0 * 2 * gh * gw * d * cfg.mlp_dim
+
+
 def vit_flops(cfg: ViTConfig) -> Flops:
     d, m, depth = cfg.width, cfg.mlp_dim, cfg.depth
     n, t = cfg.num_patches, cfg.seq_len
@@ -55,13 +67,18 @@ def vit_flops(cfg: ViTConfig) -> Flops:
     if cfg.resnet_layers:
         parts["stem"], _, _, cin = _resnet_flops(cfg)
     parts["patch_embedding"] = 2.0 * n * ph * pw * cin * d
-    per_block = {
-        "qkv": 2.0 * t * d * 3 * d,
-        "attention": 2.0 * 2 * t * t * d,  # q.k logits and weights.v
-        "attn_out": 2.0 * t * d * d,
-        "mlp": 2.0 * 2 * t * d * m,
-    }
-    parts["encoder"] = depth * sum(per_block.values())
+    if cfg.spatial_attention:
+        parts["encoder"] = sum(_grid_block_flops(cfg, i) for i in range(depth))
+    else:
+        per_block = {
+            "qkv": 2.0 * t * d * 3 * d,
+            "attention": 2.0 * 2 * t * t * d,  # q.k logits and weights.v
+            "attn_out": 2.0 * t * d * d,
+            "mlp": 2.0 * 2 * t * d * m,
+        }
+        parts["encoder"] = depth * sum(per_block.values())
+    if cfg.neck_dim:  # 1x1 conv, then 3x3 conv (no biases)
+        parts["neck"] = 2.0 * n * (d * cfg.neck_dim + 9 * cfg.neck_dim * cfg.neck_dim)
     if cfg.pool == "map":
         parts["map_head"] = 2.0 * (d * d + n * d * 2 * d + 2 * n * d + d * d + 2 * d * m)
     feat = d

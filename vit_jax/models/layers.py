@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vit_jax.models import windows as W
 from vit_jax.models.sharding_hints import constrain
 
 TOKENS = ("batch", "seq", "act_embed")  # (B, T, D) activations: sharded over the batch only
@@ -129,15 +130,16 @@ class PatchEmbed(nnx.Module):
 class LayerNorm(nnx.Module):
     """LayerNorm with statistics in float32 whatever the compute dtype (bf16 variance underflows)."""
 
-    def __init__(self, dim: int, *, param_dtype, rngs):
+    def __init__(self, dim: int, *, param_dtype, rngs, eps: float = LN_EPS):
         self.scale = param(rngs, ones, (dim,), param_dtype, ("norm",))
         self.bias = param(rngs, zeros, (dim,), param_dtype, ("norm",))
+        self.eps = eps
 
     def __call__(self, x: jax.Array) -> jax.Array:
         xf = x.astype(jnp.float32)
         mean = xf.mean(-1, keepdims=True)
         var = jnp.square(xf - mean).mean(-1, keepdims=True)
-        y = (xf - mean) * jax.lax.rsqrt(var + LN_EPS)
+        y = (xf - mean) * jax.lax.rsqrt(var + self.eps)
         y = y * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)
         return y.astype(x.dtype)
 
@@ -240,6 +242,39 @@ class MultiHeadAttention(nnx.Module):
                                  key=key, return_weights=return_weights)
         return self.out(out), weights
 
+    def on_grid(self, x, grid: tuple[int, int], window: int, rel_pos=None, *, dropout_rate=0.0, key=None,
+                return_weights=False):
+        """Self-attention of (B, gh*gw, D) tokens laid out on `grid`: inside windows when `window` > 0 (the grid
+        padded to a multiple of it), with the decomposed relative position bias when `rel_pos` = (table_h, table_w).
+        Windows are folded into the batch axis, so they shard over the batch (and heads) like any other attention.
+        """
+        b, t, d = x.shape
+        x = x.reshape(b, *grid, d)
+        if window:
+            x, padded = W.window_partition(x, window)
+        size = x.shape[1:3]
+        x = x.reshape(-1, size[0] * size[1], d)
+        q, k, v = self.query.heads_first(x), self.key.heads_first(x), self.value.heads_first(x)
+        bias = W.rel_pos_bias(q, *rel_pos, size) if rel_pos is not None else None
+        drop = (lambda w: dropout(w, dropout_rate, key)) if key is not None and dropout_rate else None
+        out, weights = W.biased_attention(q, k, v, bias, dropout_fn=drop, return_weights=return_weights)
+        y = self.out.heads_first(out).reshape(-1, *size, d)
+        if window:
+            y = W.window_unpartition(y, window, padded, grid)
+        return y.reshape(b, t, d), weights
+
+
+class RelPosTables(nnx.Module):
+    """The decomposed relative position tables of one block: `h` (2*S_h-1, head_dim) and `w` (2*S_w-1, head_dim)."""
+
+    def __init__(self, size: tuple[int, int], head_dim: int, *, param_dtype, rngs):
+        # Zeros as in SAM: a block starts without positional preference and learns it.
+        self.h = param(rngs, zeros, (2 * size[0] - 1, head_dim), param_dtype, (None, "kv"))
+        self.w = param(rngs, zeros, (2 * size[1] - 1, head_dim), param_dtype, (None, "kv"))
+
+    def tables(self) -> tuple[jax.Array, jax.Array]:
+        return self.h[...], self.w[...]
+
 
 class Mlp(nnx.Module):
     """Dense -> GELU -> dropout -> Dense -> dropout (the official MlpBlock)."""
@@ -259,19 +294,24 @@ class Mlp(nnx.Module):
 class EncoderBlock(nnx.Module):
     """Pre-LayerNorm Transformer block: x + MHSA(LN(x)), then x + MLP(LN(x))."""
 
-    def __init__(self, dim: int, mlp_dim: int, heads: int, *, param_dtype, rngs):
-        self.ln1 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs)
+    def __init__(self, dim: int, mlp_dim: int, heads: int, *, param_dtype, rngs, ln_eps: float = LN_EPS):
+        self.ln1 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs, eps=ln_eps)
         self.attn = MultiHeadAttention(dim, heads, param_dtype=param_dtype, rngs=rngs)
-        self.ln2 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs)
+        self.ln2 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs, eps=ln_eps)
         self.mlp = Mlp(dim, mlp_dim, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x, *, gelu_kind: str, dropout_rate=0.0, attention_dropout=0.0, drop_path_rate=0.0,
-                 key=None, return_weights=False):
+                 key=None, return_weights=False, grid=None, window=0, rel_pos=None):
+        """`grid` set: attention on the patch grid (see MultiHeadAttention.on_grid), else over the flat sequence."""
         keys = list(jax.random.split(key, 6)) if key is not None else [None] * 6
         x = constrain(x, TOKENS)
         use_drop_path = not (isinstance(drop_path_rate, (int, float)) and drop_path_rate == 0.0)
         y = self.ln1(x)
-        y, weights = self.attn(y, y, dropout_rate=attention_dropout, key=keys[0], return_weights=return_weights)
+        if grid is not None:
+            y, weights = self.attn.on_grid(y, grid, window, rel_pos, dropout_rate=attention_dropout, key=keys[0],
+                                           return_weights=return_weights)
+        else:
+            y, weights = self.attn(y, y, dropout_rate=attention_dropout, key=keys[0], return_weights=return_weights)
         y = dropout(y, dropout_rate, keys[1])
         x = x + (drop_path(y, drop_path_rate, keys[2]) if use_drop_path else y)
         y = self.mlp(self.ln2(x), gelu_kind=gelu_kind, dropout_rate=dropout_rate, keys=(keys[3], keys[4]))
@@ -293,3 +333,22 @@ class MAPHead(nnx.Module):
         x, _ = self.attn(probe, x)
         x = x + self.mlp(self.ln(x), gelu_kind=gelu_kind)
         return x[:, 0]
+
+
+class Neck(nnx.Module):
+    """SAM's neck on a (B, H, W, D) map: 1x1 conv (no bias) -> LayerNorm2d -> 3x3 conv (no bias) -> LayerNorm2d.
+
+    SAM's LayerNorm2d normalises over the channels of every position with eps 1e-6: in NHWC that is LayerNorm.
+    """
+
+    def __init__(self, dim: int, out_dim: int, *, param_dtype, rngs):
+        self.conv1 = param(rngs, lecun_normal(3), (1, 1, dim, out_dim), param_dtype, (None, None, "embed", None))
+        self.ln1 = LayerNorm(out_dim, param_dtype=param_dtype, rngs=rngs)
+        self.conv2 = param(rngs, lecun_normal(3), (3, 3, out_dim, out_dim), param_dtype, (None, None, None, None))
+        self.ln2 = LayerNorm(out_dim, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = self.ln1(jnp.einsum("bhwc,co->bhwo", x, self.conv1[0, 0].astype(x.dtype)))
+        x = jax.lax.conv_general_dilated(x, self.conv2[...].astype(x.dtype), (1, 1), "SAME",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return self.ln2(x)

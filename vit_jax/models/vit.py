@@ -39,59 +39,102 @@ def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0) 
     return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)[None].astype(np.float32)
 
 
+def scan_period(cfg: ViTConfig) -> int:
+    """Blocks per scanned group: the shortest period of the global/windowed pattern (1 when all blocks are alike).
+
+    `scan` needs identical steps; SAM's pattern (global blocks 2, 5, 8, 11) repeats every 3 blocks, so the scan runs
+    over 4 groups of 3 unrolled blocks. An irregular pattern has period `depth`: one group, i.e. unrolled.
+    """
+    pattern = [cfg.is_global(i) for i in range(cfg.depth)]
+    return next(p for p in range(1, cfg.depth + 1)
+                if cfg.depth % p == 0 and all(pattern[i] == pattern[i % p] for i in range(cfg.depth)))
+
+
 class Encoder(nnx.Module):
     def __init__(self, cfg: ViTConfig, *, rngs: nnx.Rngs):
         pd = jnp.dtype(cfg.param_dtype)
 
         @nnx.vmap(in_axes=0, out_axes=0)
         def make_blocks(key):
-            return L.EncoderBlock(cfg.width, cfg.mlp_dim, cfg.num_heads, param_dtype=pd, rngs=nnx.Rngs(params=key))
+            return L.EncoderBlock(cfg.width, cfg.mlp_dim, cfg.num_heads, param_dtype=pd, rngs=nnx.Rngs(params=key),
+                                  ln_eps=cfg.ln_eps)
 
         self.blocks = make_blocks(jax.random.split(rngs.params(), cfg.depth))
         for _, v in nnx.iter_graph(self.blocks):
             if isinstance(v, nnx.Variable):
                 v.set_metadata(logical_axes=("layers",) + tuple(v.get_metadata()["logical_axes"]))
-        self.norm = L.LayerNorm(cfg.width, param_dtype=pd, rngs=rngs)
+        # Relative position tables differ in size between windowed and global blocks, so they live per block
+        # (rel_pos_0, rel_pos_1, ...) rather than in the stack.
+        for i in range(cfg.depth if cfg.rel_pos else 0):
+            setattr(self, f"rel_pos_{i}", L.RelPosTables(cfg.attention_size(i), cfg.width // cfg.num_heads,
+                                                         param_dtype=pd, rngs=rngs))
+        # SAM's encoder ends without a LayerNorm (its neck normalises); a dense backbone follows it.
+        self.norm = None if cfg.dense else L.LayerNorm(cfg.width, param_dtype=pd, rngs=rngs, eps=cfg.ln_eps)
         self.cfg = cfg
 
     def __call__(self, x, *, key=None, capture_blocks=False, capture_attention=False):
         cfg = self.cfg
+        if capture_attention and cfg.window_size:
+            raise ValueError("capture='attention' is not available with windowed attention (the weights of "
+                             "windowed and global blocks have different shapes)")
         graphdef, stacked = nnx.split(self.blocks)
         depth = cfg.depth
         rates = jnp.asarray(cfg.drop_path * np.arange(depth) / max(depth - 1, 1), jnp.float32)
         keys = jax.random.split(key, depth) if key is not None else None
+        rel = [getattr(self, f"rel_pos_{i}").tables() if cfg.rel_pos else None for i in range(depth)]
 
-        def block_fn(x, params, block_key, rate):
-            block = nnx.merge(graphdef, params)
-            y, weights = block(x, gelu_kind=cfg.gelu, dropout_rate=cfg.dropout if block_key is not None else 0.0,
-                               attention_dropout=cfg.attention_dropout if block_key is not None else 0.0,
-                               drop_path_rate=rate if (cfg.drop_path and block_key is not None) else 0.0,
-                               key=block_key, return_weights=capture_attention)
-            return y, ((y if capture_blocks else None), weights)
+        def make_block_fn(i: int):  # block i's static layout: flat sequence, grid, or windows of the grid
+            layout = {}
+            if cfg.spatial_attention:
+                layout = dict(grid=cfg.grid, window=0 if cfg.is_global(i) else cfg.window_size)
 
-        if cfg.remat != "none":
-            block_fn = jax.checkpoint(block_fn, policy=_SAVED_UNDER_REMAT[cfg.remat], prevent_cse=not cfg.scan)
+            def block_fn(x, params, block_key, rate, rel_pos):
+                block = nnx.merge(graphdef, params)
+                train = block_key is not None
+                y, weights = block(x, gelu_kind=cfg.gelu, dropout_rate=cfg.dropout if train else 0.0,
+                                   attention_dropout=cfg.attention_dropout if train else 0.0,
+                                   drop_path_rate=rate if (cfg.drop_path and train) else 0.0,
+                                   key=block_key, return_weights=capture_attention, rel_pos=rel_pos, **layout)
+                return y, ((y if capture_blocks else None), weights)
+
+            if cfg.remat != "none":
+                block_fn = jax.checkpoint(block_fn, policy=_SAVED_UNDER_REMAT[cfg.remat], prevent_cse=not cfg.scan)
+            return block_fn
 
         if cfg.scan:
-            def body(x, xs):
-                params, block_key, rate = xs
-                return block_fn(x, params, block_key, rate)
+            period = scan_period(cfg)
+            fns = [make_block_fn(j) for j in range(period)]
+            group = lambda a: a.reshape(depth // period, period, *a.shape[1:])  # noqa: E731
+            rel_groups = [jax.tree.map(lambda *t: jnp.stack(t), *rel[j::period]) for j in range(period)]
 
-            x, (per_block, weights) = jax.lax.scan(body, x, (stacked, keys, rates))
+            def body(x, xs):
+                params, block_keys, block_rates, rels = xs
+                outs = []
+                for j in range(period):
+                    x, out = fns[j](x, jax.tree.map(lambda a: a[j], params),
+                                    None if block_keys is None else block_keys[j], block_rates[j], rels[j])
+                    outs.append(out)
+                return x, jax.tree.map(lambda *a: jnp.stack(a), *outs)
+
+            x, outs = jax.lax.scan(body, x, (jax.tree.map(group, stacked), None if keys is None else group(keys),
+                                             group(rates), rel_groups))
+            per_block, weights = jax.tree.map(lambda a: a.reshape(depth, *a.shape[2:]), outs)
         else:
             outs = []
             for i in range(depth):
                 params = jax.tree.map(lambda a: a[i], stacked)
-                x, out = block_fn(x, params, None if keys is None else keys[i], rates[i])
+                x, out = make_block_fn(i)(x, params, None if keys is None else keys[i], rates[i], rel[i])
                 outs.append(out)
             per_block, weights = jax.tree.map(lambda *a: jnp.stack(a), *outs) if outs else (None, None)
-        return self.norm(x), per_block, weights
+        return (x if self.norm is None else self.norm(x)), per_block, weights
 
 
 class ViT(nnx.Module):
     """Vision Transformer; see ViTConfig for the options.
 
     Call: `logits, out = model(images, train=False, rng=None, capture=())` with images (B, H, W, 3) in [-1, 1].
+    A `dense` backbone returns the (B, gh, gw, C) feature map (after the neck if any) in place of logits, and adds
+    `tokens` (the (B, gh, gw, D) map before the neck) and `dense` (the returned map in the compute dtype) to `out`.
     `out` holds named intermediates: `pre_logits` (the features a linear probe / few-shot evaluator reads),
     `encoded` (all tokens after the final LayerNorm), and on request (`capture`) `blocks` (tokens after every block,
     (depth, B, T, D)) and `attention` (softmax weights, (depth, B, heads, T, T)).
@@ -115,6 +158,7 @@ class ViT(nnx.Module):
         else:
             self.pos_embedding = None
         self.encoder = Encoder(cfg, rngs=rngs)
+        self.neck = L.Neck(cfg.width, cfg.neck_dim, **kw) if cfg.neck_dim else None
         self.map_head = (L.MAPHead(cfg.width, cfg.mlp_dim, cfg.num_heads, **kw) if cfg.pool == "map" else None)
         feat = cfg.width
         if cfg.rep_size:
@@ -169,6 +213,12 @@ class ViT(nnx.Module):
         encoded, per_block, weights = self.encoder(x, key=k_enc, capture_blocks="blocks" in capture,
                                                    capture_attention="attention" in capture)
         out: dict[str, Any] = {"encoded": encoded}
+        if "blocks" in capture:
+            out["blocks"] = per_block
+        if "attention" in capture:
+            out["attention"] = weights
+        if cfg.dense:
+            return self._dense(encoded, out)
         if cfg.pool == "token":
             x = encoded[:, 0]
         elif cfg.pool == "gap":
@@ -178,12 +228,18 @@ class ViT(nnx.Module):
         if self.pre_logits is not None:
             x = jnp.tanh(self.pre_logits(x))
         out["pre_logits"] = x
-        if "blocks" in capture:
-            out["blocks"] = per_block
-        if "attention" in capture:
-            out["attention"] = weights
         logits = self.head(x) if self.head is not None else x
         return logits.astype(jnp.float32), out
+
+
+    def _dense(self, encoded: jax.Array, out: dict[str, Any]) -> tuple[jax.Array, dict[str, Any]]:
+        """Backbone output: the (B, gh, gw, D) token map, through the neck when there is one."""
+        tokens = encoded.reshape(encoded.shape[0], *self.cfg.grid, encoded.shape[-1])
+        out["tokens"] = tokens
+        out["pre_logits"] = encoded.mean(axis=1)  # one vector per image, for linear probes and few-shot
+        features = self.neck(tokens) if self.neck is not None else tokens
+        out["dense"] = features
+        return features.astype(jnp.float32), out
 
 
 def count_params(tree) -> int:

@@ -245,7 +245,8 @@ def resolve_durations(config: ml_collections.ConfigDict, train_examples: int) ->
 
 # What a checkpoint's architecture fixes, when a fine-tuning config takes its model from init.checkpoint.
 ARCHITECTURE_FIELDS = ("width", "depth", "mlp_dim", "num_heads", "patch_size", "pool", "posemb", "gelu",
-                       "resnet_layers", "resnet_width")
+                       "resnet_layers", "resnet_width", "window_size", "global_blocks", "rel_pos", "dense", "neck_dim",
+                       "ln_eps")
 
 
 def model_config(config: ml_collections.ConfigDict, num_classes: int, architecture=None):
@@ -255,6 +256,9 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
     sizes set in the config still override it.
     """
     m = config.model
+    if m.dense:
+        raise ConfigError("model.dense=True builds a backbone without a classification head, which the trainer "
+                          "cannot train yet (no dense task); read its features with `vit-jax predict --features`")
     # Variant fields override the variant only where set (0 / () = the variant's own value).
     overrides = {k: m[k] for k in VARIANT_FIELDS if m[k]}
     kw = {k: m[k] for k in m if k != "variant" and k not in VARIANT_FIELDS}
