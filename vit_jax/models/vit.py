@@ -197,15 +197,17 @@ class FunctionalViT:
     parameter (for the mesh rules of vit_jax.parallel), both nested dicts with the same structure as params.
     """
 
-    def __init__(self, cfg: ViTConfig):
+    def __init__(self, cfg: ViTConfig, module: type[nnx.Module] = ViT):
+        # `module`: the model family's NNX class (vit_jax.models.build.build_model picks it from the config's type)
         self.cfg = cfg
-        abstract = nnx.eval_shape(lambda: ViT(cfg, rngs=nnx.Rngs(0)))
+        self.module = module
+        abstract = nnx.eval_shape(lambda: module(cfg, rngs=nnx.Rngs(0)))
         self.graphdef, state = nnx.split(abstract)
         self.shapes = nnx.to_pure_dict(state)
         self.logical_axes = _map_variables(state, lambda v: tuple(v.get_metadata()["logical_axes"]))
 
     def init(self, rng: jax.Array) -> dict[str, Any]:
-        return nnx.to_pure_dict(nnx.state(ViT(self.cfg, rngs=nnx.Rngs(params=rng))))
+        return nnx.to_pure_dict(nnx.state(self.module(self.cfg, rngs=nnx.Rngs(params=rng))))
 
     def apply(self, params: dict[str, Any], images: jax.Array, **kw) -> tuple[jax.Array, dict[str, Any]]:
         return nnx.merge(self.graphdef, params)(images, **kw)
