@@ -24,7 +24,7 @@ import numpy as np
 
 from vit_jax.checkpoints.convert import describe, load_with_size, parse_size
 from vit_jax.data.image_files import default_eval_pp, read_image_folder
-from vit_jax.models.vit import FunctionalViT
+from vit_jax.models.build import build_model
 
 def load_image_array(path: str) -> np.ndarray:
     if path.endswith(".npz"):
@@ -38,7 +38,7 @@ def load_image_array(path: str) -> np.ndarray:
 def predict(params, cfg, images: np.ndarray, batch_size: int = 64) -> np.ndarray:
     if images.ndim != 4 or images.shape[-1] != 3:
         raise ValueError(f"images must be (N, H, W, 3), got {images.shape}")
-    model = FunctionalViT(cfg)
+    model = build_model(cfg)
     fn = jax.jit(lambda p, x: model.apply(p, x)[0])
     params = jax.tree.map(jnp.asarray, params)
     out = []

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from vit_jax.data import pipeline
     from vit_jax.eval.classification import evaluate
     from vit_jax.eval.fewshot import fewshot_on_datasets
-    from vit_jax.models.vit import FunctionalViT
+    from vit_jax.models.build import build_model
     from vit_jax.parallel import mesh as mesh_lib
     from vit_jax.train.step import features_step, make_eval_step
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = _recorded(args.checkpoint)
     print(f"checkpoint {args.checkpoint}: {describe(cfg)}")
     mesh = mesh_lib.make_mesh()
-    model = FunctionalViT(cfg)
+    model = build_model(cfg)
     param_sh = mesh_lib.tree_shardings(model.logical_axes, model.shapes, mesh)
     params = jax.device_put(params, param_sh)
     batch_sh = mesh_lib.batch_sharding(mesh)
