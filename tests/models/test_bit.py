@@ -28,6 +28,7 @@ def test_names():
     assert bit_config("R101x3").name == "BiT-R101x3"
     assert bit_config("R50x1", width_factor=7).name == "BiT-R50x7"  # any width
     assert bit_config(layers=(1, 1)).name == "BiT-R1-1x1"
+    assert parse_bit_name("BiT-R1-1x2") == dict(layers=(1, 1), width_factor=2)  # the name of a custom one parses back
     assert is_bit_name("BiT-R50x1") and is_bit_name("R152x2")
     assert not is_bit_name("R50+B/16") and not is_bit_name("B/16")
 

@@ -32,7 +32,7 @@ TIMM_WS_EPS = 1e-8
 class BiTConfig:
     """Everything that defines a BiT ResNet-v2's parameters and computation."""
 
-    layers: tuple[int, ...] = (3, 4, 6, 3)  # bottleneck units per stage; stage s has 64 * width_factor * 2**s mid-channels
+    layers: tuple[int, ...] = (3, 4, 6, 3)  # bottleneck units per stage (mid-channels 64 * width_factor * 2**s)
     width_factor: int = 1
     num_classes: int = 1000  # 0: no head; the model returns the pooled features
     image_size: tuple[int, int] = (224, 224)  # does not change the parameters
@@ -88,7 +88,8 @@ def _normalise(kw: dict[str, Any]) -> dict[str, Any]:
     return kw
 
 
-_NAME_RE = re.compile(r"^(?:BiT-)?R(?P<depth>\d+)x(?P<wf>\d+)$")
+# "R50x1" (a depth of BIT_DEPTHS) or "R1-1x1" (units per stage spelled out: the name `BiTConfig.name` gives them).
+_NAME_RE = re.compile(r"^(?:BiT-)?R(?P<depth>\d+(?:-\d+)*)x(?P<wf>\d+)$")
 
 
 def is_bit_name(name: str) -> bool:
@@ -97,11 +98,13 @@ def is_bit_name(name: str) -> bool:
 
 
 def parse_bit_name(name: str) -> dict[str, Any]:
-    """"BiT-R50x1" or "R101x3" -> layers and width factor."""
+    """"BiT-R50x1" or "R101x3" -> layers and width factor; "BiT-R1-1x1": one unit in each of two stages."""
     m = _NAME_RE.match(name.strip())
     if not m:
         raise ModelConfigError(f"unknown BiT model {name!r}: expected e.g. 'BiT-R50x1', 'R101x3', 'R152x2' (depths "
                                f"{', '.join(map(str, BIT_DEPTHS))}, any width factor)")
+    if "-" in m["depth"]:
+        return dict(layers=tuple(int(u) for u in m["depth"].split("-")), width_factor=int(m["wf"]))
     depth = int(m["depth"])
     if depth not in BIT_DEPTHS:
         raise ModelConfigError(f"{name}: no BiT ResNet of depth {depth}; known depths {', '.join(map(str, BIT_DEPTHS))}")

@@ -15,6 +15,7 @@ import numpy as np
 
 from vit_jax.eval.classification import evaluate
 from vit_jax.eval.fewshot import fewshot_on_datasets
+from vit_jax.models.bit_config import BiTConfig
 from vit_jax.train.metrics import format_duration, read_jsonl
 
 
@@ -288,13 +289,14 @@ def write_summary(trainer, step: int, hooks: list[Hook]) -> dict[str, Any]:
     device_hours = trainer.progress["train_time_s"] * hw["num_devices"] / 3600
     examples = step * c.batch_size
     m = trainer.model_cfg
+    resnet = isinstance(m, BiTConfig)  # the paper's three families: ViT, hybrid, BiT ResNet
     summary = {
         "status": "finished",
         "name": os.path.basename(trainer.workdir.rstrip("/")),
         "workdir": trainer.workdir,
         "model": {"name": m.name, "variant": c.model.variant, "params": trainer.model.num_params(),
-                  "image_size": list(m.image_size), "patch_size": list(m.patch_size),
-                  "family": "Hybrid" if m.resnet_layers else "ViT"},
+                  "image_size": list(m.image_size), "patch_size": None if resnet else list(m.patch_size),
+                  "family": "ResNet" if resnet else ("Hybrid" if m.resnet_layers else "ViT")},
         "dataset": {"name": c.data.name, "train_examples": trainer.train_examples},
         "global_batch_size": c.batch_size,
         "steps": step,
