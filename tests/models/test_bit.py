@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
+from tests.models.xla_cost import xla_flops_per_image
 from vit_jax.models.bit_config import ModelConfigError, bit_config, is_bit_name, parse_bit_name
 from vit_jax.models.build import build_model
 from vit_jax.models.flops import bit_flops, model_flops
@@ -53,22 +53,20 @@ def random_params(model, seed=0):
     return jax.tree.map(lambda s: jnp.asarray(rng.normal(0, 0.2, s.shape), s.dtype), model.shapes)
 
 
-def test_init_forward_and_logical_axes():
+def test_forward_parameter_tree_and_logical_axes():
     cfg = bit_config(**TINY)
-    with nnx.use_eager_sharding(False):
-        model = build_model(cfg)
-        params = jax.jit(model.init)(jax.random.key(0))
+    model = build_model(cfg)
+    params = random_params(model)  # the initialiser (zero head) is tested by the 2-step training run's first loss
     assert sorted(params) == ["block1", "block2", "conv_root", "head", "norm"]
     assert "conv_proj" in params["block1"]["unit1"] and "conv_proj" in params["block2"]["unit1"]
+    assert "conv_proj" not in params["block2"].get("unit2", {})
     assert model.logical_axes["block2"]["unit1"]["conv2"]["kernel"] == (None, None, "conv_in", "conv_out")
     assert model.logical_axes["head"]["kernel"] == ("conv_out", "vocab")
-    np.testing.assert_array_equal(params["head"]["kernel"], 0.0)  # zero-initialised head, as BiT
-    np.testing.assert_array_equal(params["norm"]["scale"], 1.0)
     images = jax.random.uniform(jax.random.key(1), (2, 32, 32, 3), minval=-1, maxval=1)
     apply = jax.jit(model.apply)
     logits, out = apply(params, images)
     assert logits.shape == (2, 5) and out["pre_logits"].shape == (2, cfg.out_channels) == (2, 512)
-    assert float(jnp.abs(out["pre_logits"]).max()) > 0
+    assert float(jnp.abs(logits).max()) > 0
     # Parameters do not depend on the resolution: the same weights run at another size.
     assert apply(params, images[:, :24, :24])[0].shape == (2, 5)
 
@@ -89,16 +87,8 @@ def test_flops_match_xla_cost_analysis_within_2_percent():
     # Three one-unit stages at 96 px keep the compile short (four at 224 px measured 0.5% apart, at 128 px 1.6%: XLA
     # skips the padded taps of small maps, which the analytic count includes).
     cfg = bit_config(layers=(1, 1, 1), image_size=96, num_classes=1000)
-    f = build_model(cfg)
-
-    def xla_flops(batch):
-        compiled = jax.jit(lambda p, x: f.apply(p, x)[0]).lower(
-            f.shapes, jax.ShapeDtypeStruct((batch, *cfg.image_size, 3), jnp.float32)).compile()
-        cost = compiled.cost_analysis()
-        return (cost[0] if isinstance(cost, list) else cost)["flops"]
-
     # Per image = what one more image costs (weight standardisation is done once per batch).
-    assert xla_flops(2) - xla_flops(1) == pytest.approx(bit_flops(cfg).forward, rel=0.02)
+    assert xla_flops_per_image(build_model(cfg), cfg.image_size) == pytest.approx(bit_flops(cfg).forward, rel=0.02)
     assert model_flops(cfg) == bit_flops(cfg)
 
 

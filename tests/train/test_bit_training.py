@@ -1,5 +1,7 @@
 """The one trainer trains BiT ResNets: a tiny one by name for two steps, in-process, checkpoint readable anywhere."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,8 @@ def test_two_training_steps_of_a_tiny_bit(tmp_path, digits_data_dir):
     summary = Trainer(c, workdir).train()
     assert summary["steps"] == 2 and np.isfinite(summary["final"]["eval/loss"])
     assert summary["model"]["family"] == "ResNet" and summary["compute"]["train_flops_per_image"] > 0
+    first = json.loads(open(f"{workdir}/metrics.jsonl").readline())
+    assert first["train/loss"] == pytest.approx(np.log(10), abs=1e-5)  # the zero-initialised head: uniform logits
     cfg, params = load_any(workdir)  # a BiT run reads back as a BiT
     assert isinstance(cfg, BiTConfig) and cfg.name == "BiT-R1-1x1" and cfg.num_classes == 10
     assert params["head"]["kernel"].shape == (512, 10) and np.abs(params["head"]["kernel"]).max() > 0  # trained

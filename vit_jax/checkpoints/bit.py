@@ -83,6 +83,31 @@ def expected_flat_shapes(cfg: BiTConfig) -> dict[str, Any]:
     return flatten(build_model(cfg).shapes)
 
 
+def _names(cfg: BiTConfig, layout: str) -> dict[str, str]:
+    """Our flat parameter names -> the "npz" (big_transfer, without `resnet/`) or "timm" names, for this model."""
+    npz = layout == "npz"
+    names = {"conv_root/kernel": "root_block/standardized_conv2d/kernel" if npz else "stem.conv.weight"}
+    norm_leaves = {"scale": "gamma", "bias": "beta"} if npz else {"scale": "weight", "bias": "bias"}
+    sep, kernel = ("/", "kernel") if npz else (".", "weight")
+    final_norm = "group_norm" if npz else "norm"
+    names.update({f"norm/{leaf}": f"{final_norm}{sep}{theirs}" for leaf, theirs in norm_leaves.items()})
+    if cfg.num_classes:
+        head = "head/conv2d" if npz else "head.fc"
+        names.update({"head/kernel": f"{head}{sep}{kernel}", "head/bias": f"{head}{sep}bias"})
+    for ours, s, u, proj in _unit_keys(cfg):
+        theirs = f"block{s}/unit{u:02d}" if npz else f"stages.{s - 1}.blocks.{u - 1}"
+        for sub, by_layout in _UNIT_NAMES.items():
+            if sub == "conv_proj" and not proj:
+                continue
+            name = by_layout[0 if npz else 1]
+            if sub.startswith("gn"):
+                names.update({f"{ours}/{sub}/{leaf}": f"{theirs}{sep}{name}{sep}{t}"
+                              for leaf, t in norm_leaves.items()})
+            else:
+                names[f"{ours}/{sub}/kernel"] = f"{theirs}{sep}{name}{sep}{kernel}"
+    return names
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # big_transfer .npz
 
@@ -93,7 +118,7 @@ def from_bit_npz(raw: dict[str, np.ndarray], *, fallback_image_size=None) -> tup
     head = flat.get("head/conv2d/kernel")
     cfg = _config(layers, flat["root_block/standardized_conv2d/kernel"].shape[-1],
                   0 if head is None else head.shape[-1], fallback_image_size, gn_eps=BIT_GN_EPS, ws_eps=BIT_WS_EPS)
-    names = _npz_names(cfg)
+    names = _names(cfg, "npz")
     missing = sorted(theirs for theirs in names.values() if theirs not in flat)
     unexpected = sorted(set(flat) - set(names.values()))
     if missing or unexpected:
@@ -105,29 +130,11 @@ def from_bit_npz(raw: dict[str, np.ndarray], *, fallback_image_size=None) -> tup
     return cfg, unflatten(ours)
 
 
-def _npz_names(cfg: BiTConfig) -> dict[str, str]:
-    names = {"conv_root/kernel": "root_block/standardized_conv2d/kernel",
-             "norm/scale": "group_norm/gamma", "norm/bias": "group_norm/beta"}
-    if cfg.num_classes:
-        names.update({"head/kernel": "head/conv2d/kernel", "head/bias": "head/conv2d/bias"})
-    for ours, s, u, proj in _unit_keys(cfg):
-        theirs = f"block{s}/unit{u:02d}"
-        for sub, (npz_name, _) in _UNIT_NAMES.items():
-            if sub == "conv_proj" and not proj:
-                continue
-            if sub.startswith("gn"):
-                names[f"{ours}/{sub}/scale"] = f"{theirs}/{npz_name}/gamma"
-                names[f"{ours}/{sub}/bias"] = f"{theirs}/{npz_name}/beta"
-            else:
-                names[f"{ours}/{sub}/kernel"] = f"{theirs}/{npz_name}/kernel"
-    return names
-
-
 def save_bit_npz(path: str, params: dict[str, Any], cfg: BiTConfig) -> None:
     """Writes the big_transfer layout (`resnet/...`), which big_transfer and timm's npz loader read."""
     flat = {k: np.asarray(v) for k, v in flatten(params).items()}
     check_against(flat, expected_flat_shapes(cfg), f"parameters vs {cfg.name}")
-    out = {NPZ_PREFIX + theirs: flat[ours] for ours, theirs in _npz_names(cfg).items()}
+    out = {NPZ_PREFIX + theirs: flat[ours] for ours, theirs in _names(cfg, "npz").items()}
     if cfg.num_classes:
         out[NPZ_PREFIX + "head/conv2d/kernel"] = flat["head/kernel"][None, None]
     save_npz(path, out)
@@ -135,23 +142,6 @@ def save_bit_npz(path: str, params: dict[str, Any], cfg: BiTConfig) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # timm state dicts
-
-def _timm_names(cfg: BiTConfig) -> dict[str, str]:
-    names = {"conv_root/kernel": "stem.conv.weight", "norm/scale": "norm.weight", "norm/bias": "norm.bias"}
-    if cfg.num_classes:
-        names.update({"head/kernel": "head.fc.weight", "head/bias": "head.fc.bias"})
-    for ours, s, u, proj in _unit_keys(cfg):
-        theirs = f"stages.{s - 1}.blocks.{u - 1}"
-        for sub, (_, timm_name) in _UNIT_NAMES.items():
-            if sub == "conv_proj" and not proj:
-                continue
-            if sub.startswith("gn"):
-                names[f"{ours}/{sub}/scale"] = f"{theirs}.{timm_name}.weight"
-                names[f"{ours}/{sub}/bias"] = f"{theirs}.{timm_name}.bias"
-            else:
-                names[f"{ours}/{sub}/kernel"] = f"{theirs}.{timm_name}.weight"
-    return names
-
 
 def from_bit_timm(sd: dict[str, np.ndarray], meta: dict[str, Any] | None = None, *,
                   fallback_image_size=None) -> tuple[BiTConfig, dict[str, Any]]:
@@ -162,7 +152,7 @@ def from_bit_timm(sd: dict[str, np.ndarray], meta: dict[str, Any] | None = None,
     image_size = meta.pop("image_size", None) or fallback_image_size
     eps = {k: meta[k] for k in ("gn_eps", "ws_eps") if k in meta} or dict(gn_eps=TIMM_GN_EPS, ws_eps=TIMM_WS_EPS)
     cfg = _config(layers, sd["stem.conv.weight"].shape[0], 0 if head is None else head.shape[0], image_size, **eps)
-    names = _timm_names(cfg)
+    names = _names(cfg, "timm")
     missing = sorted(theirs for theirs in names.values() if theirs not in sd)
     unexpected = sorted(set(sd) - set(names.values()))
     if missing or unexpected:
@@ -184,7 +174,7 @@ def to_bit_timm(params: dict[str, Any], cfg: BiTConfig) -> dict[str, np.ndarray]
     flat = {k: np.asarray(v) for k, v in flatten(params).items()}
     check_against(flat, expected_flat_shapes(cfg), f"parameters vs {cfg.name}")
     out = {}
-    for ours, theirs in _timm_names(cfg).items():
+    for ours, theirs in _names(cfg, "timm").items():
         v = flat[ours]
         if ours == "head/kernel":
             v = v[None, None]
