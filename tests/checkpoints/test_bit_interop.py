@@ -1,6 +1,7 @@
 """BiT ResNet-v2 checkpoints: timm `resnetv2_*_bit` state dicts and big_transfer `.npz` files, written here with their
 exact key names and shapes -> load_any -> `vit-jax predict` -> export back the same keys and arrays."""
 
+import jax
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
@@ -9,7 +10,10 @@ from vit_jax import cli
 from vit_jax.checkpoints.bit import save_bit_npz, save_bit_timm
 from vit_jax.checkpoints.layouts import CheckpointMismatchError, flatten
 from vit_jax.checkpoints.loading import load_any
+from vit_jax.checkpoints.surgery import adapt_params
+from vit_jax.models import vit_config
 from vit_jax.models.bit_config import BiTConfig
+from vit_jax.models.build import build_model
 
 LAYERS, CLASSES = (1, 2), 5  # two stages: the first unit of each has a projection, the second of stage 2 does not
 
@@ -118,3 +122,18 @@ def test_a_missing_key_is_a_one_line_error(files, tmp_path):
     with pytest.raises(CheckpointMismatchError, match=r"missing \['stages.1.blocks.1.conv2.weight'\]") as e:
         load_any(str(tmp_path / "broken.safetensors"))
     assert "\n" not in str(e.value)
+
+
+def test_finetuning_surgery_puts_a_new_zero_head_on_a_bit(files):
+    d, _, _ = files
+    src_cfg, src = load_any(str(d / "bit.npz"))
+    target_cfg = src_cfg.replace(num_classes=3)
+    # The fresh init only provides the shapes here (and the head's zeros); every other array comes from the file.
+    fresh = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), build_model(target_cfg).shapes)
+    params, notes = adapt_params(src, src_cfg, fresh, target_cfg)
+    assert sorted(notes) == ["re-initialised head/bias (5,) -> (3,)", "re-initialised head/kernel (512, 5) -> (512, 3)"]
+    assert not params["head"]["kernel"].any()
+    kept = flatten(src)
+    assert all(np.array_equal(v, kept[k]) for k, v in flatten(params).items() if not k.startswith("head/"))
+    with pytest.raises(CheckpointMismatchError, match="another model family"):
+        adapt_params(src, src_cfg, {}, vit_config("Ti/16"))
