@@ -28,6 +28,38 @@ def test_subcommand_help_runs(name):
     assert "usage" in out.stdout.lower()
 
 
+# Every argparse command and sub-command (train is absl's: --config, --workdir, --config.KEY=VALUE).
+HELP_PAGES = [[name] for name in cli.COMMANDS if name not in ("train", "bench", "sweep")] + [
+    ["bench", "data"], ["bench", "data", "--remote"], ["bench", "train"], ["bench", "eval"],
+    ["sweep", "run"], ["sweep", "status"], ["sweep", "report"]]
+
+
+def test_every_commands_flags_are_in_one_style(capsys):
+    import re
+
+    for page in HELP_PAGES:
+        with pytest.raises(SystemExit) as e:
+            cli.main([*page, "--help"])
+        assert e.value.code == 0, page
+        options = set(re.findall(r"(?<![\w.])--[\w-]+", capsys.readouterr().out))
+        assert options, page
+        assert not [o for o in options if "_" in o], f"vit-jax {' '.join(page)}: {sorted(options)}"
+
+
+def test_old_underscore_spellings_still_work():
+    from vit_jax import cli_args
+    from vit_jax.commands import prepare_data
+
+    args = prepare_data.parse_args(["digits", "--data_dir", "/d", "--no_verify", "--show_classes=3"])
+    assert (args.data_dir, args.no_verify, args.show_classes) == ("/d", True, 3)
+    p = cli_args.ArgumentParser()
+    p.add_argument("--top-k")
+    p.add_argument("rest", nargs="*")
+    assert vars(p.parse_args(["--top_k=2", "--", "--top_k"])) == {"top_k": "2", "rest": ["--top_k"]}
+    with pytest.raises(SystemExit):  # only spellings of real options are rewritten
+        p.parse_args(["--top_kk=2"])
+
+
 def test_unknown_command_suggests_the_closest(capsys):
     assert cli.main(["plna"]) == 2
     assert "did you mean 'plan'" in capsys.readouterr().err

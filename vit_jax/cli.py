@@ -14,17 +14,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("vit_jax.main", "train / fine-tune / evaluate from a config (same as python -m vit_jax.main)"),
     "convert": ("vit_jax.checkpoints.convert", "convert a checkpoint between official, big_vision and timm layouts"),
     "predict": ("vit_jax.predict", "run a checkpoint on images and write logits"),
-    "prepare-data": ("vit_jax.data.prepare", "prepare a dataset (digits, imagenet21k, image folders, TFDS) on disk"),
+    "prepare-data": ("vit_jax.commands.prepare_data", "prepare a dataset (digits, imagenet21k, image folders, TFDS) on disk"),
     "bench": ("vit_jax.bench", "benchmarks: bench data | train | eval"),
     "plan": ("vit_jax.bench.plan", "compile the train step for a TPU slice / GPUs here: memory, roofline, collectives"),
-    "eval": ("vit_jax.eval.cli", "evaluate a checkpoint: classification on a split and/or few-shot linear probes"),
-    "sweep": ("vit_jax.sweep.cli", "scaling sweeps: sweep run | status | report"),
-    "analyze": ("vit_jax.report.analyze_cli", "the paper's analyses: attention distance, posemb similarity, ..."),
+    "eval": ("vit_jax.commands.eval", "evaluate a checkpoint: classification on a split and/or few-shot linear probes"),
+    "sweep": ("vit_jax.commands.sweep", "scaling sweeps: sweep run | status | report"),
+    "analyze": ("vit_jax.commands.analyze", "the paper's analyses: attention distance, posemb similarity, ..."),
 }
-
-
-def register(name: str, module: str, help_text: str) -> None:
-    COMMANDS[name] = (module, help_text)
 
 
 def _usage() -> str:

@@ -6,7 +6,6 @@ Also `vit-jax train ...`. Rerunning the same command in the same workdir resumes
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 
@@ -17,17 +16,6 @@ FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "training config file (configs/*.py[:args])",
                                           lock_config=False)
 _WORKDIR = flags.DEFINE_string("workdir", None, "directory for checkpoints, metrics, summary.json")
-
-
-def check_override_keys(argv: list[str]) -> None:
-    """Unknown `--config.a.b=...` keys fail with the closest valid key (before absl's own, vaguer error)."""
-    from vit_jax.train.config import ConfigError, _flat, default_config, unknown_key_message
-
-    valid = list(_flat(default_config()))
-    for arg in argv:
-        m = re.match(r"--config\.([\w.]+)(?:=|$)", arg)
-        if m and m.group(1) not in valid and not any(v.startswith(m.group(1) + ".") for v in valid):
-            raise ConfigError(unknown_key_message(m.group(1), valid))
 
 
 def _main(argv: list[str]) -> None:
@@ -65,7 +53,7 @@ def _main(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
-    from vit_jax.train.config import ConfigError
+    from vit_jax.train.config import ConfigError, check_override_keys
 
     try:
         check_override_keys(argv[1:])

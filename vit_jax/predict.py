@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import cli_args
 from vit_jax.checkpoints.convert import describe, load_with_size, parse_size
 from vit_jax.data.image_files import default_eval_pp, read_image_folder
 from vit_jax.models.build import build_model
@@ -52,7 +53,7 @@ def predict(params, cfg, images: np.ndarray, batch_size: int = 64) -> np.ndarray
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="vit-jax predict", description=__doc__,
+    ap = cli_args.ArgumentParser(prog="vit-jax predict", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--images", required=True, help=".npy / .npz (key 'images') array, or a folder of image files")

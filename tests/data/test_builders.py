@@ -275,7 +275,7 @@ def test_staging_keeps_names_and_converted_bytes_and_rereads_the_rest(tmp_path, 
 def test_manual_dir_may_name_the_archive_its_folder_or_the_synset_tars(tmp_path, gen):
     manual = make_release(tmp_path, gen, "fall11", gen.imagenet_synsets(1, 2, synsets=["n00004475"]), "outer")
     archive = manual / "fall11_whole.tar"
-    assert imagenet21k.find_release(archive, "fall11") == archive  # the README's --manual_dir /data/fall11_whole.tar
+    assert imagenet21k.find_release(archive, "fall11") == archive  # the README's --manual-dir /data/fall11_whole.tar
     assert imagenet21k.find_release(manual, "fall11") == archive
     tars = tmp_path / "tars"
     tars.mkdir()
@@ -298,7 +298,7 @@ def test_url_image_folder_is_refused_clearly(monkeypatch):
 
 
 def test_missing_data_errors_name_the_expected_files(tmp_path):
-    with pytest.raises(datasets.DataNotFoundError, match=r"fall11_whole\.tar.*--manual_dir"):
+    with pytest.raises(datasets.DataNotFoundError, match=r"fall11_whole\.tar.*--manual-dir"):
         datasets.open_dataset("imagenet21k", data_dir=str(tmp_path), manual_dir=str(tmp_path / "nothing"))
     with pytest.raises(datasets.DataNotFoundError, match=r"ILSVRC2012_img_train\.tar, ILSVRC2012_img_val\.tar"):
         datasets.open_dataset("imagenet2012", data_dir=str(tmp_path))

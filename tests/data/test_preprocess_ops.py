@@ -33,6 +33,21 @@ def test_every_documented_op_is_registered():
     assert expected <= set(pp.known_ops())
 
 
+def test_a_config_adds_its_own_op_module_by_name(tmp_path, monkeypatch):
+    (tmp_path / "my_ops.py").write_text(
+        "from vit_jax.data.pp import register\n\n"
+        "@register('times_two_for_test')\n"
+        "def times_two(key='x'):\n"
+        "    return lambda ex, rng: {**ex, key: ex[key] * 2}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="unknown preprocessing op 'times_two_for_test'"):
+        pp.build("times_two_for_test")
+    pp.load_modules(["my_ops"])
+    assert run("times_two_for_test|times_two_for_test", {"x": 3})["x"] == 12
+    with pytest.raises(pp.UnknownOpModule, match=r"'my_opz' \(data.pp_modules\) cannot be imported"):
+        pp.load_modules(["my_opz"])
+
+
 def test_decode_matches_pil_and_tensorflow(gen):
     import tensorflow as tf
 

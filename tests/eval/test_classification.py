@@ -8,7 +8,7 @@ import pytest
 from vit_jax.eval.classification import evaluate
 from vit_jax.models import vit_config
 from vit_jax.models.vit import FunctionalViT
-from vit_jax.train.step import make_eval_step
+from vit_jax.eval.steps import make_eval_step
 
 
 def _log_softmax(x):

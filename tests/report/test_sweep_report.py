@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from vit_jax.report.pareto import paper_rows, pareto_frontier
-from vit_jax.sweep import cli
+from vit_jax.commands import sweep as cli
 
 # name -> (exaFLOPs, top1, 5-shot, family). Dominated in top1 by construction: 'slow-worse' (more compute than
 # 'cheap', less accurate), 'tie-compute-worse' (same compute as 'mid', less accurate), 'same-acc-more-compute'

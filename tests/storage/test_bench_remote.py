@@ -4,14 +4,14 @@
 import json
 import os
 
-from vit_jax.data import bench
+import vit_jax.bench
 
 
 def test_remote_data_bench_smoke(capsys):
     before = os.environ.get("STORAGE_EMULATOR_HOST")
-    args = ["--remote", "--num_images", "48", "--shards", "6", "--window", "8", "--batch", "4", "--steps", "6",
-            "--repeats", "1", "--size", "32", "--workers", "1", "--latency_ms", "20", "--json", "-"]
-    assert bench.main(args) == 0
+    args = ["data", "--remote", "--num-images", "48", "--shards", "6", "--window", "8", "--batch", "4", "--steps", "6",
+            "--repeats", "1", "--size", "32", "--workers", "1", "--latency-ms", "20", "--json", "-"]
+    assert vit_jax.bench.main(args) == 0
     result = json.loads(capsys.readouterr().out)
     assert os.environ.get("STORAGE_EMULATOR_HOST") == before
     for side in ("local", "bucket"):

@@ -146,4 +146,4 @@ def test_missing_bucket_or_dataset_is_one_line_before_anything_else(gcs):
     with pytest.raises(datasets.DataNotFoundError) as e:
         datasets.open_dataset("digits", data_dir=f"{gcs.bucket}/empty", prepare=False)
     assert str(e.value) == (f"digits is not prepared in {gcs.bucket}/empty: run `vit-jax prepare-data digits "
-                            f"--data_dir {gcs.bucket}/empty`")
+                            f"--data-dir {gcs.bucket}/empty`")

@@ -5,9 +5,11 @@ import json
 
 import pytest
 
-from vit_jax.data import datasets, prepare
+from vit_jax.commands import prepare_data as prepare
+from vit_jax.data import datasets
 from vit_jax.storage import remote
-from vit_jax.train.metrics import MetricWriter, read_jsonl
+from vit_jax.storage.jsonl import read_jsonl
+from vit_jax.train.metrics import MetricWriter
 
 
 def uploads(proxy, since: int) -> list[str]:
@@ -17,7 +19,7 @@ def uploads(proxy, since: int) -> list[str]:
 
 def test_prepare_data_uploads_metadata_last_and_a_rerun_resumes(fresh_url, proxy, tmp_path, capsys):
     staging = str(tmp_path / "staging")
-    argv = ["digits", "--data_dir", fresh_url, "--staging_dir", staging, "--keep_staging", "--no_verify"]
+    argv = ["digits", "--data-dir", fresh_url, "--staging-dir", staging, "--keep-staging", "--no-verify"]
     start = len(proxy.uploads)
     assert prepare.main(argv) == 0
     names = uploads(proxy, start)
@@ -33,7 +35,7 @@ def test_prepare_data_uploads_metadata_last_and_a_rerun_resumes(fresh_url, proxy
     with pytest.raises(datasets.DataNotFoundError, match="not prepared"):
         datasets.open_dataset("digits", data_dir=fresh_url, prepare=False)
     start = len(proxy.uploads)
-    assert prepare.main(argv[:-2] + ["--no_verify"]) == 0
+    assert prepare.main(argv[:-2] + ["--no-verify"]) == 0
     names = uploads(proxy, start)
     assert names == ["digits-train.array_record-00000-of-00001", "features.json", "dataset_info.json"]
     assert "3 files" in capsys.readouterr().out and not (tmp_path / "staging").exists()
@@ -43,7 +45,7 @@ def test_prepare_data_uploads_metadata_last_and_a_rerun_resumes(fresh_url, proxy
 
 
 def test_prepare_data_into_a_missing_bucket_is_one_line(capsys):
-    assert prepare.main(["digits", "--data_dir", "gs://no-such-bucket/tfds"]) == 1
+    assert prepare.main(["digits", "--data-dir", "gs://no-such-bucket/tfds"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == ("prepare-data: data_dir gs://no-such-bucket/tfds: bucket gs://no-such-bucket does not exist (or "
                    "this account cannot see it)")

@@ -144,7 +144,7 @@ def test_two_processes_in_a_bucket_survive_faults_sigterm_and_a_cut_checkpoint_e
 def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(gcs, local_demo, start_job):
     data, run = f"{gcs.bucket}/demo_tfds", f"{gcs.bucket}/runs/demo"
     python = sys.executable
-    job = start_job(["bash", "-c", f"{python} -m vit_jax.cli prepare-data digits --data_dir {data} && "
+    job = start_job(["bash", "-c", f"{python} -m vit_jax.cli prepare-data digits --data-dir {data} && "
                                    f"{python} -m vit_jax.main {DEMO} --workdir={run} --config.data.data_dir={data}"],
                     env=bucket_job_env(gcs.emulator.url))
     assert job.finish(timeout=900) == 0, job.tail()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vit_jax.sweep import cli
+from vit_jax.commands import sweep as cli
 from vit_jax.sweep.launchers import ScriptLauncher, make_launcher, trainer_command
 from vit_jax.sweep.runs import read_run, read_sweep_root
 
@@ -157,7 +157,7 @@ def test_ctrl_c_lets_the_trainer_save_before_the_sweep_stops(sweep_file, tmp_pat
     # Restore SIGINT's default disposition in the child: when the test suite itself runs in a background job
     # (`cmd &` in a non-interactive shell) SIGINT is inherited as ignored, and Python then installs no
     # KeyboardInterrupt handler, which is not the interactive Ctrl-C this test is about.
-    proc = subprocess.Popen([sys.executable, "-m", "vit_jax.sweep.cli", "run", str(sweep_file), "--root", str(root)],
+    proc = subprocess.Popen([sys.executable, "-m", "vit_jax.commands.sweep", "run", str(sweep_file), "--root", str(root)],
                             cwd=repo, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

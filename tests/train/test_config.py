@@ -2,8 +2,8 @@
 
 import pytest
 
-from vit_jax.main import check_override_keys
-from vit_jax.train.config import ConfigError, default_config, model_config, resolve_durations, validate
+from vit_jax.train.config import (ConfigError, check_override_keys, default_config, model_config, resolve_durations,
+                                  validate)
 
 
 def _valid():
@@ -113,3 +113,28 @@ def test_a_hybrids_stem_width_comes_from_its_variant_unless_set():
     c.model.variant = "R50+B/16"
     c.model.resnet_width = 0
     assert model_config(c, num_classes=10).resnet_width == 1
+
+
+def test_every_model_setting_is_a_config_key_written_once():
+    """config.model is derived from ViTConfig: a new model option is a config key (validated) with no second list."""
+    import dataclasses
+
+    from vit_jax.models.config import ViTConfig
+
+    c = _valid()
+    assert set(c.model) == {"variant"} | {f.name for f in dataclasses.fields(ViTConfig)} - {"num_classes"}
+    # Every non-variant field reaches the model as given.
+    c.model.update(gelu="erf", pool="gap", drop_path=0.1, rep_size=32, remat="dots", scan=True, posemb="sincos2d")
+    m = model_config(c, num_classes=10)
+    assert (m.gelu, m.pool, m.drop_path, m.rep_size, m.remat, m.scan, m.posemb) == (
+        "erf", "gap", 0.1, 32, "dots", True, "sincos2d")
+
+
+def test_an_empty_variant_needs_all_four_sizes():
+    c = _valid()
+    c.model.update(variant="", width=64, depth=2, mlp_dim=128)  # num_heads missing: not B's 12 heads silently
+    with pytest.raises(ConfigError, match="model.variant is empty"):
+        model_config(c, num_classes=10)
+    c.model.num_heads = 4
+    m = model_config(c, num_classes=10)
+    assert (m.width, m.depth, m.mlp_dim, m.num_heads, m.patch_size) == (64, 2, 128, 4, (16, 16))

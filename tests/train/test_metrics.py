@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vit_jax.train.metrics import PEAK_FLOPS, TPU_CORES, MetricWriter, read_jsonl, table_lookup
+from vit_jax.storage.jsonl import read_jsonl
+from vit_jax.train.metrics import PEAK_FLOPS, TPU_CORES, MetricWriter, table_lookup
 
 ROOT = Path(__file__).resolve().parents[2]
 

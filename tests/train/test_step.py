@@ -8,7 +8,8 @@ import pytest
 from tests.train.helpers import apply_overrides
 from vit_jax.eval.fewshot import fewshot_accuracy
 from vit_jax.train.config import Durations, default_config
-from vit_jax.train.optimizer import decay_mask, make_schedule, sigmoid_xent, smooth_labels, softmax_xent
+from vit_jax.models.losses import sigmoid_xent, smooth_labels, softmax_xent
+from vit_jax.train.optimizer import decay_mask, make_schedule
 from vit_jax.train.program import build_program
 
 

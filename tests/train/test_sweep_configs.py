@@ -8,8 +8,8 @@ import pytest
 
 from tests.train.helpers import ROOT, apply_overrides, env
 from tests.train.test_shipped_configs import load
-from vit_jax.main import check_override_keys
 from vit_jax.sweep.spec import load_sweep
+from vit_jax.train.config import check_override_keys
 from vit_jax.train.config import validate
 
 # Parses trainer arguments exactly as `python -m vit_jax.main` does (absl + ml_collections config_flags, which only

@@ -20,6 +20,8 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
+from vit_jax.models.config import DTYPES, REMAT_POLICIES
+
 GIB = 1024**3
 
 
@@ -32,9 +34,9 @@ def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch", type=int, default=batch, help="global batch size")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="compute dtype")
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="compute dtype")
     p.add_argument("--mesh", default="-1,1,1", help="data,fsdp,tensor (-1: all remaining devices)")
-    p.add_argument("--remat", default="none", choices=("none", "full", "dots", "dots_no_batch"))
+    p.add_argument("--remat", default="none", choices=REMAT_POLICIES)
     p.add_argument("--scan", action=argparse.BooleanOptionalAction, default=False, help="scan over layers")
     p.add_argument("--steps", type=int, default=steps, help="timed steps (after warm-up)")
     p.add_argument("--warmup", type=int, default=warmup, help="untimed steps after compilation")

@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vit_jax import cli_args
 from vit_jax.bench import common
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="vit-jax bench eval", description=__doc__.split("\n\n")[0])
+    p = cli_args.ArgumentParser(prog="vit-jax bench eval", description=__doc__.split("\n\n")[0])
     common.add_model_args(p, batch=64)
     return p.parse_args(argv)
 

@@ -38,6 +38,7 @@ import sys
 import time
 from typing import Any
 
+from vit_jax import cli_args
 from vit_jax import hardware
 from vit_jax.bench import common
 
@@ -56,7 +57,7 @@ COMMAND_ONLY = ("worker", "json", "accelerator", "hbm_gib", "usable", "criterion
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The arguments and the trainer overrides (--config.KEY=VALUE, passed through to the trainer's config)."""
-    p = argparse.ArgumentParser(prog="vit-jax plan", description=__doc__.split("\n\n")[0])
+    p = cli_args.ArgumentParser(prog="vit-jax plan", description=__doc__.split("\n\n")[0])
     common.add_model_args(p, batch=4096, steps=0, warmup=0)
     p.set_defaults(scan=True, dtype="bfloat16", mesh=None, remat=None, devices=8, num_classes=0)
     p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "adafactor"))

@@ -22,10 +22,9 @@ def load_trainer_config(config: str, overrides: list[str]) -> ml_collections.Con
     from absl import flags
     from ml_collections import config_flags
 
-    from vit_jax.main import check_override_keys
     from vit_jax.train import config as config_lib
 
-    check_override_keys(overrides)
+    config_lib.check_override_keys(overrides)
     argv = ["vit-jax plan", f"--config={config}", *overrides]
     values = flags.FlagValues()  # private flags: ml_collections finds the overrides in `sys_argv`, not sys.argv
     holder = config_flags.DEFINE_config_file("config", None, "trainer config", flag_values=values, lock_config=False,

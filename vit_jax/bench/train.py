@@ -15,11 +15,12 @@ import argparse
 import sys
 from typing import Any
 
+from vit_jax import cli_args
 from vit_jax.bench import common
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="vit-jax bench train", description=__doc__.split("\n\n")[0])
+    p = cli_args.ArgumentParser(prog="vit-jax bench train", description=__doc__.split("\n\n")[0])
     common.add_model_args(p, batch=32)
     p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "adafactor"))
     p.add_argument("--mu-dtype", default="float32", choices=("float32", "bfloat16"))

@@ -14,6 +14,7 @@ import sys
 import jax
 import numpy as np
 
+from vit_jax import cli_args
 from vit_jax.checkpoints.layouts import LAYOUTS, ImageSizeRequiredError
 from vit_jax.checkpoints.loading import load_any
 from vit_jax.checkpoints.npz import save_npz_params
@@ -47,7 +48,7 @@ def load_with_size(path: str, image_size: tuple[int, int] | None, flag: str, *, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="vit-jax convert", description=__doc__,
+    ap = cli_args.ArgumentParser(prog="vit-jax convert", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("src")
     ap.add_argument("dst")

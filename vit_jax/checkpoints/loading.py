@@ -12,6 +12,7 @@ from vit_jax.checkpoints.layouts import CheckpointReadError
 from vit_jax.errors import one_line
 from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.config import ViTConfig
+from vit_jax.storage.remote import is_url
 
 
 def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
@@ -27,7 +28,7 @@ def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig | BiTConfig, dict[st
     """
     path = os.fspath(path)
     check_exists(path)
-    remote = "://" in path
+    remote = is_url(path)
     if path.endswith(".npz"):
         from vit_jax.checkpoints.npz import load_npz_params
 

@@ -31,6 +31,7 @@ from vit_jax.errors import UserError, debug_enabled, one_line
 from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.config import ViTConfig
 from vit_jax.parallel.distributed import all_processes, barrier
+from vit_jax.storage.remote import is_url
 
 ITEMS = ("state", "data", "meta")
 COMMIT_MARKER = "commit_success.txt"  # Orbax writes it into every finished step and item folder
@@ -168,7 +169,7 @@ class RunCheckpointer:
         """Local disks: a save that cannot fit stops the run before anything is written; one that fits but leaves
         too little for the next is a warning. The size needed is the newest checkpoint's on disk (the state's bytes
         before the first); other processes' shards of a shared disk are in that measure too."""
-        if "://" in str(self.directory) or jax.process_index() != 0:
+        if is_url(str(self.directory)) or jax.process_index() != 0:
             return
         steps = self.manager.all_steps()
         needed = _dir_bytes(self.directory / str(max(steps))) if steps else tree_nbytes(state)

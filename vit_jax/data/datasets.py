@@ -48,7 +48,7 @@ def _check_local(path: str, what: str) -> None:
     if is_url(path):
         raise DataNotFoundError(f"{what} {path}: image folders are read from local disk only; copy it to a local "
                                 f"folder (e.g. `gcloud storage cp -r {path} /data/`) and pass that (the prepared "
-                                f"dataset may then go to a bucket with --data_dir gs://...)")
+                                f"dataset may then go to a bucket with --data-dir gs://...)")
 
 
 def _import_tfds():
@@ -267,7 +267,7 @@ def _open_remote(name: str, url: str, manual_dir: str | None, prepare: bool, dow
     if remote.exists(f"{builder.data_dir}/dataset_info.json"):
         return Dataset(name, builder)
     if not prepare:
-        raise DataNotFoundError(f"{name} is not prepared in {url}: run `vit-jax prepare-data {name} --data_dir {url}`")
+        raise DataNotFoundError(f"{name} is not prepared in {url}: run `vit-jax prepare-data {name} --data-dir {url}`")
     staging = default_staging_dir(url)
     local = open_dataset(name, staging, manual_dir=manual_dir, prepare=True, download=download,
                          num_workers=num_workers)
@@ -294,7 +294,7 @@ def open_dataset(name: str, data_dir: str | None = None, manual_dir: str | None 
     if not builder.is_prepared():
         if not prepare:
             raise DataNotFoundError(f"{name} is not prepared in {data_dir}: run `vit-jax prepare-data {name} "
-                                    f"--data_dir {data_dir}`")
+                                    f"--data-dir {data_dir}`")
         builder = make_builder(name, data_dir, file_format="array_record")
         prepare_builder(builder, name, manual_dir=manual_dir, download=download, num_workers=num_workers)
         builder = make_builder(name, data_dir)  # re-open read-only, with the info as written

@@ -65,7 +65,7 @@ def parse_config_name(name: str) -> Imagenet21kConfig:
 def find_release(manual_dir: str | os.PathLike, release: str) -> Path:
     """The release archive or folder of per-synset tars; a one-line error naming both if absent.
 
-    manual_dir may be the archive itself (`--manual_dir /data/fall11_whole.tar`, as the README has it), a folder
+    manual_dir may be the archive itself (`--manual-dir /data/fall11_whole.tar`, as the README has it), a folder
     holding it or the folder `fall11_whole/` / `winter21_whole/`, or a folder of the n*.tar files.
     """
     manual_dir = Path(manual_dir)
@@ -80,7 +80,7 @@ def find_release(manual_dir: str | os.PathLike, release: str) -> Path:
         return manual_dir
     raise FileNotFoundError(
         f"imagenet21k/{release}: expected {manual_dir / archive} or a folder {manual_dir / folder}/ of per-synset "
-        f"n*.tar files; download the release from image-net.org and pass --manual_dir (the archive or its folder)")
+        f"n*.tar files; download the release from image-net.org and pass --manual-dir (the archive or its folder)")
 
 
 def member_kind(member: tarfile.TarInfo) -> str | None:
@@ -142,7 +142,7 @@ class Imagenet21k(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
     BUILDER_CONFIGS = [make_config("fall11"), make_config("winter21")]
     MANUAL_DOWNLOAD_INSTRUCTIONS = "Place fall11_whole.tar or winter21_whole.tar.gz (or a folder of n*.tar) in manual_dir."
     num_workers: int | None = None  # image-checking threads while staging (None: all cores)
-    manual_file: Path | None = None  # the archive when --manual_dir names it (TFDS's manual_dir must be a folder)
+    manual_file: Path | None = None  # the archive when --manual-dir names it (TFDS's manual_dir must be a folder)
 
     def _info(self) -> tfds.core.DatasetInfo:
         names = fall11_synsets() if self.builder_config.release == "fall11" else None

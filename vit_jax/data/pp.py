@@ -9,10 +9,13 @@ never `eval`). An op factory registered with `@register("name")` takes those arg
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from typing import Any, Callable
 
 import numpy as np
+
+from vit_jax.errors import UserError
 
 Example = dict[str, Any]
 Op = Callable[[Example, np.random.Generator], Example]
@@ -42,9 +45,30 @@ def register(name: str) -> Callable[[Callable[..., Op]], Callable[..., Op]]:
     return wrap
 
 
+# Op modules register their ops on import (their @register decorators run). This module imports them by name, as
+# big_vision's `pp_modules` does, so the registry never imports the ops that import it, and a config adds its own
+# modules with `data.pp_modules` (dotted names on the Python path) without editing the package.
+BUILTIN_MODULES = ("vit_jax.data.image_ops", "vit_jax.data.label_ops", "vit_jax.data.randaug")
+
+
+class UnknownOpModule(UserError, ValueError):
+    """A module named in data.pp_modules cannot be imported."""
+
+
+def load_modules(names: tuple[str, ...] | list[str] = ()) -> None:
+    """Imports the built-in op modules and then `names` (idempotent: Python imports each module once)."""
+    for name in (*BUILTIN_MODULES, *names):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not name.startswith(e.name):
+                raise  # the module exists but one of its own imports is missing: that error is the useful one
+            raise UnknownOpModule(f"preprocessing op module '{name}' (data.pp_modules) cannot be imported: no "
+                                  f"module named '{e.name}' on the Python path") from e
+
+
 def _load_ops() -> None:
-    # The op modules register themselves on import; importing them here (not at module top) avoids a cycle.
-    from vit_jax.data import image_ops, label_ops, randaug  # noqa: F401
+    load_modules()
 
 
 def _signature(name: str) -> str:

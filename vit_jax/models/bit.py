@@ -19,7 +19,6 @@ from flax import nnx
 from vit_jax.models import layers as L
 from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.resnet import GroupNorm, StdConv, symmetric_padding
-from vit_jax.models.vit import REMAT_POLICIES
 
 
 def _conv(cfg: BiTConfig, cin: int, cout: int, kernel: int, stride: int = 1, **kw) -> StdConv:
@@ -86,7 +85,7 @@ class BiT(nnx.Module):
         if self.cfg.remat == "none":
             return unit(x)
         graphdef, state = nnx.split(unit)
-        fn = jax.checkpoint(lambda st, y: nnx.merge(graphdef, st)(y), policy=REMAT_POLICIES[self.cfg.remat])
+        fn = jax.checkpoint(lambda st, y: nnx.merge(graphdef, st)(y), policy=L.SAVED_UNDER_REMAT[self.cfg.remat])
         return fn(state, x)
 
     def __call__(self, images: jax.Array, *, train: bool = False, rng: jax.Array | None = None,

@@ -28,6 +28,9 @@ RESNET_STEMS: dict[str, dict[int, tuple[int, ...]]] = {
     "R26": {32: (2, 2, 2, 2)},
 }
 
+# The fields a variant string ("B/16", "R50x2+B/16") sets. Everything else keeps ViTConfig's default unless given.
+VARIANT_FIELDS = ("width", "depth", "mlp_dim", "num_heads", "patch_size", "resnet_layers", "resnet_width")
+
 POOLS = ("token", "gap", "map")
 POSEMBS = ("learn", "sincos2d")
 GELUS = ("tanh", "erf")

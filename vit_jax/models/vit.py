@@ -21,13 +21,6 @@ from vit_jax.models import layers as L
 from vit_jax.models.config import ViTConfig
 from vit_jax.models.resnet import ResNetStem, resnet_out_channels
 
-REMAT_POLICIES = {
-    "full": None,  # save nothing: recompute the whole block in the backward pass
-    "dots": jax.checkpoint_policies.checkpoint_dots,
-    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
-
-
 def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0) -> np.ndarray:
     """Fixed 2D sin-cos position embedding (MoCo v3 / big_vision): (1, h*w, width)."""
     y, x = np.mgrid[:h, :w]
@@ -69,7 +62,7 @@ class Encoder(nnx.Module):
             return y, ((y if capture_blocks else None), weights)
 
         if cfg.remat != "none":
-            block_fn = jax.checkpoint(block_fn, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan)
+            block_fn = jax.checkpoint(block_fn, policy=L.SAVED_UNDER_REMAT[cfg.remat], prevent_cse=not cfg.scan)
 
         if cfg.scan:
             def body(x, xs):

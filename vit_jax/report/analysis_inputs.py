@@ -69,11 +69,9 @@ def images_from_folder(path: str, image_size: tuple[int, int], max_images: int) 
 def images_from_dataset(name: str, split: str, image_size: tuple[int, int], max_images: int,
                         data_dir: str | None = None, pp: str | None = None) -> np.ndarray:
     """The first `max_images` examples of a dataset split through the data pipeline (eval order, no augmentation)."""
-    try:
-        from vit_jax.data import pipeline
-    except ImportError as e:
-        raise ValueError(f"--dataset needs the data module (vit_jax.data.pipeline: {e}); pass --images instead") from e
     import jax
+
+    from vit_jax.data import pipeline
 
     h, w = image_size
     pp = pp or f"decode|resize({h},{w})|value_range(-1,1)"

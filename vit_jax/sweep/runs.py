@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from vit_jax.storage import remote
+from vit_jax.storage.jsonl import read_jsonl
+
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 ATTEMPTS = "sweep_attempts.jsonl"  # one line per launch by `vit-jax sweep run`: command, exit code, seconds
@@ -43,7 +46,7 @@ def _number(value: Any) -> float | None:
 
 def as_path(path: str | Path):
     """A pathlib.Path for local paths, an etils.epath.Path for URLs such as gs://bucket/dir."""
-    if isinstance(path, str) and "://" in path:
+    if isinstance(path, str) and remote.is_url(path):
         from etils import epath  # orbax's dependency; only needed for remote sweep roots
 
         return epath.Path(path)
@@ -132,22 +135,6 @@ def nested_get(tree: dict | None, *keys: str) -> Any:
     return tree
 
 
-def _read_jsonl(path, problems: list[str]) -> list[dict[str, Any]]:
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            # The last line of a killed run is often cut short: skip it and say so.
-            problems.append(f"{path.name} line {i} is not valid JSON (skipped)")
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def read_run(workdir, name: str | None = None) -> RunState:
     """The state of the run in `workdir` (which need not exist)."""
     workdir = as_path(workdir)
@@ -156,9 +143,9 @@ def read_run(workdir, name: str | None = None) -> RunState:
         return state
     state.status = "started"
     if (workdir / METRICS).exists():
-        state.metrics = _read_jsonl(workdir / METRICS, state.problems)
+        state.metrics = read_jsonl(workdir / METRICS, state.problems)
     if (workdir / ATTEMPTS).exists():
-        state.attempts = _read_jsonl(workdir / ATTEMPTS, state.problems)
+        state.attempts = read_jsonl(workdir / ATTEMPTS, state.problems)
     if (workdir / SUMMARY).exists():
         try:
             summary = json.loads((workdir / SUMMARY).read_text())

@@ -10,26 +10,39 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 from typing import Any
 
 import ml_collections
 
 from vit_jax.errors import UserError
+from vit_jax.models.config import VARIANT_FIELDS, ViTConfig, vit_config
+
+
+def model_schema() -> dict[str, Any]:
+    """config.model: `variant` plus every ViTConfig field but the head size (which comes from the dataset).
+
+    Derived from the dataclass so that the model's settings are written once (models/config.py, with their
+    meaning). The fields a variant sets are 0 / () here, meaning "the variant's"; a non-zero value overrides the
+    variant (custom sizes, R50+B/16 with resnet_width=2). `image_size` is one side of a square input here.
+    """
+    schema: dict[str, Any] = {"variant": "Ti/16"}  # any variant string of vit_jax.models; "" = sizes given below
+    for field in dataclasses.fields(ViTConfig):
+        if field.name == "num_classes":
+            continue
+        if field.name in VARIANT_FIELDS:
+            schema[field.name] = () if field.name == "resnet_layers" else 0
+        elif field.name == "image_size":
+            schema[field.name] = field.default[0]
+        else:
+            schema[field.name] = field.default
+    return schema
 
 
 def default_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
-    c.model = dict(
-        variant="Ti/16",  # any vit_jax.models variant string; the fields below override it when set (non-zero)
-        width=0, depth=0, mlp_dim=0, num_heads=0, patch_size=0,
-        image_size=224,  # square input resolution (rectangular inputs: see vit_jax.models / vit-jax convert)
-        pool="token", posemb="learn", rep_size=0, head_bias_init=0.0,
-        dropout=0.0, attention_dropout=0.0, drop_path=0.0, gelu="tanh",
-        dtype="float32",  # compute dtype (bfloat16 on accelerators); params stay param_dtype
-        param_dtype="float32", remat="none", scan=False,
-        resnet_layers=(), resnet_width=0,  # 0 = from the variant (R50x2+B/16 -> 2), else 1
-    )
+    c.model = model_schema()
     c.data = dict(
         name="digits",  # digits | imagenet21k[/fall11|/winter21] | folder:/path | any TFDS name
         data_dir="",  # '' = $TFDS_DATA_DIR or ~/tensorflow_datasets
@@ -37,6 +50,7 @@ def default_config() -> ml_collections.ConfigDict:
         train_split="train", eval_split="test",
         pp_train="decode|resize(224)|flip_lr|value_range(-1,1)",  # big_vision-style op string
         pp_eval="decode|resize(224)|value_range(-1,1)",
+        pp_modules=(),  # extra op modules to import (dotted names), whose @register ops the op strings may use
         fraction=1.0,  # use this fraction of the training split (data-size sweeps)
         num_workers=0,  # decode threads per process; 0 = automatic
         prefetch=2,  # batches in flight per process
@@ -148,6 +162,15 @@ def unknown_key_message(key: str, valid: list[str]) -> str:
     return f"unknown config key '{key}'" + (f"; did you mean '{close[0]}'?" if close else "")
 
 
+def check_override_keys(argv: list[str]) -> None:
+    """Unknown `--config.a.b=...` keys fail with the closest valid key (before absl's own, vaguer error)."""
+    valid = list(_flat(default_config()))
+    for arg in argv:
+        m = re.match(r"--config\.([\w.]+)(?:=|$)", arg)
+        if m and m.group(1) not in valid and not any(v.startswith(m.group(1) + ".") for v in valid):
+            raise ConfigError(unknown_key_message(m.group(1), valid))
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Every key must exist in the schema with a value of the schema's type (ints accepted for floats)."""
     schema = _flat(default_config())
@@ -229,20 +252,16 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
     sizes set in the config still override it.
     """
     from vit_jax.models.bit_config import is_bit_name
-    from vit_jax.models.config import ViTConfig, vit_config
 
     m = config.model
     if m.variant and is_bit_name(m.variant):
         return _bit_model_config(m, num_classes)
-    # Sizes are overrides only where set (0 = the variant's): the variant's own values must survive otherwise.
-    overrides = {k: m[k] for k in ("width", "depth", "mlp_dim", "num_heads", "patch_size", "resnet_width") if m[k]}
-    fields = ("image_size", "pool", "posemb", "rep_size", "head_bias_init", "dropout", "attention_dropout",
-              "drop_path", "gelu", "dtype", "param_dtype", "remat", "scan")
-    kw = {k: m[k] for k in fields}
-    if m.resnet_layers:
-        kw["resnet_layers"] = tuple(m.resnet_layers)
+    # Variant fields override the variant only where set (0 / () = the variant's own value).
+    overrides = {k: m[k] for k in VARIANT_FIELDS if m[k]}
+    kw = {k: m[k] for k in m if k != "variant" and k not in VARIANT_FIELDS}
     if not m.variant:
-        if architecture is None and len(overrides) < 4:
+        sizes = ("width", "depth", "mlp_dim", "num_heads")
+        if architecture is None and not all(m[k] for k in sizes):
             raise ConfigError("model.variant is empty: set it (e.g. Ti/16, B/16), give width, depth, mlp_dim and "
                               "num_heads, or set init.checkpoint to take the architecture from")
         if architecture is not None and not isinstance(architecture, ViTConfig):

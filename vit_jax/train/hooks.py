@@ -1,14 +1,21 @@
 """Hooks of the trainer: each runs every N steps and once at the end (logging, evaluation, few-shot, checkpoints),
-plus the end-of-run summary.json and training-curve plot."""
+plus the end-of-run summary.json and training-curve plot.
+
+A hook sees the run through a HookContext: read-only facts of this run segment, the current parameters, the one
+action it may take (save a checkpoint), and the run's progress record (train time, best metrics: kept across
+restarts in every checkpoint), which hooks update. What a hook produces (its latest metrics) stays on the hook,
+where the summary reads it. A hook never reaches into the Trainer.
+"""
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import json
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -16,7 +23,8 @@ import numpy as np
 from vit_jax.eval.classification import evaluate
 from vit_jax.eval.fewshot import fewshot_on_datasets
 from vit_jax.models.bit_config import BiTConfig
-from vit_jax.train.metrics import format_duration, read_jsonl
+from vit_jax.storage.jsonl import read_jsonl
+from vit_jax.train.metrics import format_duration
 
 
 class StepTimer:
@@ -44,12 +52,29 @@ class StepTimer:
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class HookContext:
+    """What hooks may read about the run, and do to it."""
+
+    config: Any  # the run's ml_collections config (validated)
+    workdir: str
+    durations: Any  # train/config.Durations: total steps, eval/checkpoint/few-shot intervals
+    start_step: int  # where this segment started (0, or the step resumed from)
+    train_examples: int
+    dataset: Any  # data/datasets.Dataset
+    program: Any  # train/program.Program: model, eval step, shardings, FLOPs per image
+    hardware: dict[str, Any]  # device kind and count, peak FLOP/s per device, TPU cores per device
+    progress: dict[str, Any]  # {"train_time_s", "wall_time_s", "best"}: saved in checkpoints; hooks update it
+    params: Callable[[], Any]  # the current parameters
+    save_checkpoint: Callable[..., None]  # (step, data_state, wait=False)
+
+
 class Hook(abc.ABC):
     every = 0
 
-    def __init__(self, trainer):
-        self.trainer = trainer
-        self.total = trainer.dur.total_steps
+    def __init__(self, ctx: HookContext):
+        self.ctx = ctx
+        self.total = ctx.durations.total_steps
 
     def maybe_run(self, step: int, metrics: dict, it, timer: StepTimer) -> None:
         if self.every and step % self.every == 0 and step < self.total:
@@ -76,16 +101,17 @@ class LogHook(Hook):
     cumulative exaFLOPs, device-hours / TPU-core-days, examples seen, epoch; with a bucket workdir or data_dir, the
     transient storage errors retried so far (this process); and a console progress line."""
 
-    def __init__(self, trainer, writer):
-        super().__init__(trainer)
+    def __init__(self, ctx, writer):
+        super().__init__(ctx)
         from vit_jax.train import workdir as wd
 
         self.writer = writer
-        self.uses_bucket = not wd.is_local(trainer.workdir) or trainer.ds.remote
-        self.every = trainer.config.log_every_steps
+        self.uses_bucket = not wd.is_local(ctx.workdir) or ctx.dataset.remote
+        self.every = ctx.config.log_every_steps
         self.pending: list[dict] = []
         self.t_last: float | None = None
-        self.step_last = trainer.start_step
+        self.step_last = ctx.start_step
+        self.perf: dict[str, float] = {}  # the last throughput figures (img/s, MFU, ...), for the summary
 
     def maybe_run(self, step, metrics, it, timer):
         self.pending.append(metrics)
@@ -100,7 +126,7 @@ class LogHook(Hook):
     def run(self, step, it):
         if not self.pending or "lr" not in self.pending[-1]:  # nothing trained since the last log (or the restart)
             return
-        t = self.trainer
+        ctx = self.ctx
         fetched = jax.device_get(self.pending)
         self.pending = []
         scalars = {
@@ -110,8 +136,8 @@ class LogHook(Hook):
             "train/param_norm": float(fetched[-1]["param_norm"]),
             "train/skipped_steps": int(fetched[-1]["skipped"]),
         }
-        b = t.config.batch_size
-        scalars.update(progress_scalars(t, step))
+        b = ctx.config.batch_size
+        scalars.update(progress_scalars(ctx, step))
         if self.uses_bucket:
             from vit_jax.storage import remote
 
@@ -120,23 +146,23 @@ class LogHook(Hook):
         wall, steps = now - self.t_last, step - self.step_last
         line = f"step {step}/{self.total} ({100 * step / self.total:.0f}%)"
         if steps > 0 and wall > 0:  # throughput needs a timed interval (not the compile step alone)
-            t.progress["train_time_s"] += wall
+            ctx.progress["train_time_s"] += wall
             self.t_last, self.step_last = now, step
             data_s, hooks_s = self.timer.reset()
             wall = max(wall - hooks_s, 1e-9)  # evaluation and checkpoint time are not training throughput
-            hw = t.hardware
+            hw = ctx.hardware
             img_s = steps * b / wall
-            device_hours = t.progress["train_time_s"] * hw["num_devices"] / 3600
+            device_hours = ctx.progress["train_time_s"] * hw["num_devices"] / 3600
             scalars.update({
                 "perf/img_per_sec": img_s,
                 "perf/step_time_s": wall / steps,
                 "perf/data_wait_fraction": data_s / wall,
-                "perf/mfu": img_s * t.flops_per_image / (hw["peak_flops_per_device"] * hw["num_devices"]),
+                "perf/mfu": img_s * ctx.program.flops_per_image / (hw["peak_flops_per_device"] * hw["num_devices"]),
                 "compute/device_hours": device_hours,
             })
             if hw["tpu_cores_per_device"]:
                 scalars["compute/tpu_core_days"] = device_hours * hw["tpu_cores_per_device"] / 24
-            t.last_perf = scalars
+            self.perf = scalars
             line += (f" | ETA {format_duration((self.total - step) * wall / steps)} | {img_s:,.0f} img/s | "
                      f"MFU {100 * scalars['perf/mfu']:.1f}%")
         self.writer.write(step, scalars)
@@ -159,23 +185,23 @@ class LogHook(Hook):
 class EvalHook(Hook):
     """Top-1/top-5 (single-label), precision@1 (multi-label) and loss on the eval split, exact counts."""
 
-    def __init__(self, trainer, writer):
-        super().__init__(trainer)
+    def __init__(self, ctx, writer):
+        super().__init__(ctx)
         self.writer = writer
-        self.every = trainer.dur.eval_every
+        self.every = ctx.durations.eval_every
         self.last_step = None
         self.latest: dict[str, float] = {}
 
     def run(self, step, it):
-        result = run_eval(self.trainer)
+        result = run_eval(self.ctx)
         self.last_step = step
         self.latest = {f"eval/{k}": v for k, v in result.items()}
         # The headline metric: precision@1 for sigmoid (multi-label, e.g. ImageNet-21k) training, else top-1.
-        key = "eval/prec1" if self.trainer.config.loss.kind == "sigmoid_xent" else "eval/top1"
-        best = self.trainer.progress["best"]
+        key = "eval/prec1" if self.ctx.config.loss.kind == "sigmoid_xent" else "eval/top1"
+        best = self.ctx.progress["best"]
         if self.latest[key] >= best.get(key, -1.0):
             best.update({key: self.latest[key], "step": step})
-        self.writer.write(step, {**self.latest, **progress_scalars(self.trainer, step)})
+        self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
         prec = f"prec@1 {100 * result['prec1']:.2f}% | " if key == "eval/prec1" else ""
         _print(f"eval step {step}: {prec}top1 {100 * result['top1']:.2f}% | top5 {100 * result['top5']:.2f}% | "
                f"loss {result['loss']:.4f} | {int(result['count'])} examples")
@@ -186,21 +212,24 @@ class EvalHook(Hook):
 
 
 class FewShotHook(Hook):
-    def __init__(self, trainer, writer):
-        super().__init__(trainer)
+    def __init__(self, ctx, writer):
+        super().__init__(ctx)
         self.writer = writer
-        fs = trainer.config.eval.fewshot
+        fs = ctx.config.eval.fewshot
         self.datasets = tuple(fs.datasets)
-        self.every = trainer.dur.fewshot_every if self.datasets else 0
+        self.every = ctx.durations.fewshot_every if self.datasets else 0
         self.last_step = None
         self.latest: dict[str, float] = {}
+        self.features_fn = None  # jitted on first use
 
     def run(self, step, it):
         if not self.datasets:
             return
-        self.latest = run_fewshot(self.trainer)
+        if self.features_fn is None:
+            self.features_fn = features_function(self.ctx.program)
+        self.latest = run_fewshot(self.ctx, self.features_fn)
         self.last_step = step
-        self.writer.write(step, {**self.latest, **progress_scalars(self.trainer, step)})
+        self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
         _print(f"few-shot step {step}: " + ", ".join(f"{k.split('/', 1)[1]} {100 * v:.1f}%"
                                                      for k, v in self.latest.items()))
 
@@ -210,15 +239,15 @@ class FewShotHook(Hook):
 
 
 class CheckpointHook(Hook):
-    def __init__(self, trainer):
-        super().__init__(trainer)
-        self.every = trainer.dur.checkpoint_every
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.every = ctx.durations.checkpoint_every
 
     def run(self, step, it):
-        self.trainer.save_checkpoint(step, it.get_state())
+        self.ctx.save_checkpoint(step, it.get_state())
 
     def finish(self, step, it):
-        self.trainer.save_checkpoint(step, it.get_state(), wait=True)  # a no-op if `step` is saved already
+        self.ctx.save_checkpoint(step, it.get_state(), wait=True)  # a no-op if `step` is saved already
 
 
 def finish_all(hooks: list[Hook], step: int, it) -> None:
@@ -235,16 +264,16 @@ def finish_all(hooks: list[Hook], step: int, it) -> None:
         raise error
 
 
-def progress_scalars(trainer, step: int) -> dict[str, float]:
+def progress_scalars(ctx: HookContext, step: int) -> dict[str, float]:
     """Where training stands at `step`: on every metrics line, so curves can use any progress axis."""
-    examples = step * trainer.config.batch_size
-    return {"progress/examples_seen": examples, "progress/epoch": examples / trainer.train_examples,
-            "compute/exaflops": examples * trainer.flops_per_image / 1e18}
+    examples = step * ctx.config.batch_size
+    return {"progress/examples_seen": examples, "progress/epoch": examples / ctx.train_examples,
+            "compute/exaflops": examples * ctx.program.flops_per_image / 1e18}
 
 
-def default_hooks(trainer, writer) -> list[Hook]:
+def default_hooks(ctx: HookContext, writer) -> list[Hook]:
     # Order matters at a shared step: log, then evaluate, then checkpoint (so the checkpoint records best metrics).
-    return [LogHook(trainer, writer), EvalHook(trainer, writer), FewShotHook(trainer, writer), CheckpointHook(trainer)]
+    return [LogHook(ctx, writer), EvalHook(ctx, writer), FewShotHook(ctx, writer), CheckpointHook(ctx)]
 
 
 def _print(msg: str) -> None:
@@ -253,58 +282,64 @@ def _print(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-def run_eval(trainer) -> dict[str, float]:
+def run_eval(ctx: HookContext) -> dict[str, float]:
     from vit_jax.data import pipeline
 
-    c = trainer.config
-    batches = pipeline.eval_iterator(trainer.ds, split=c.data.eval_split, pp=c.data.pp_eval,
-                                     global_batch_size=c.eval.batch_size or c.batch_size, sharding=trainer.batch_sh)
-    return evaluate(trainer.eval_step, trainer.state["params"], batches)
+    c = ctx.config
+    batches = pipeline.eval_iterator(ctx.dataset, split=c.data.eval_split, pp=c.data.pp_eval,
+                                     global_batch_size=c.eval.batch_size or c.batch_size,
+                                     sharding=ctx.program.batch_sh)
+    return evaluate(ctx.program.eval_step, ctx.params(), batches)
 
 
-def run_fewshot(trainer) -> dict[str, float]:
+def features_function(program) -> Callable:
+    """The jitted pre-logits features of the program's model, sharded as its eval step."""
+    from vit_jax.eval.steps import features_step
     from vit_jax.parallel.distributed import SyncedJit
-    from vit_jax.train.step import features_step
 
-    if not hasattr(trainer, "_features_fn"):
-        trainer._features_fn = SyncedJit(jax.jit(features_step(trainer.model),
-                                                 in_shardings=(trainer.param_sh, trainer.batch_sh)), "features")
-    c = trainer.config
+    return SyncedJit(jax.jit(features_step(program.model), in_shardings=(program.param_sh, program.batch_sh)),
+                     "features")
+
+
+def run_fewshot(ctx: HookContext, features_fn: Callable) -> dict[str, float]:
+    c = ctx.config
     fs = c.eval.fewshot
     return fewshot_on_datasets(
-        trainer._features_fn, trainer.state["params"], fs.datasets, data_dir=c.data.data_dir or None,
-        pp=c.data.pp_eval, batch_size=c.eval.batch_size or c.batch_size, sharding=trainer.batch_sh,
+        features_fn, ctx.params(), fs.datasets, data_dir=c.data.data_dir or None,
+        pp=c.data.pp_eval, batch_size=c.eval.batch_size or c.batch_size, sharding=ctx.program.batch_sh,
         train_split=fs.train_split, test_split=fs.test_split, shots=fs.shots, l2_reg=fs.l2_reg, seeds=fs.seeds,
         max_test_examples=fs.max_test_examples, max_train_examples=fs.max_train_examples)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-def write_summary(trainer, step: int, hooks: list[Hook]) -> dict[str, Any]:
-    c = trainer.config
+def write_summary(ctx: HookContext, step: int, hooks: list[Hook], *, skipped_steps: int, wall_time_s: float,
+                  compile_time_s: float | None) -> dict[str, Any]:
+    c = ctx.config
     final: dict[str, float] = {}
     for hook in hooks:
         final.update(getattr(hook, "latest", {}))
-    perf = getattr(trainer, "last_perf", {})
-    hw = trainer.hardware
-    device_hours = trainer.progress["train_time_s"] * hw["num_devices"] / 3600
+    perf = next((h.perf for h in hooks if isinstance(h, LogHook)), {})
+    hw = ctx.hardware
+    device_hours = ctx.progress["train_time_s"] * hw["num_devices"] / 3600
     examples = step * c.batch_size
-    m = trainer.model_cfg
+    m = ctx.program.model_cfg
+    flops = ctx.program.flops_per_image
     resnet = isinstance(m, BiTConfig)  # the paper's three families: ViT, hybrid, BiT ResNet
     summary = {
         "status": "finished",
-        "name": os.path.basename(trainer.workdir.rstrip("/")),
-        "workdir": trainer.workdir,
-        "model": {"name": m.name, "variant": c.model.variant, "params": trainer.model.num_params(),
+        "name": os.path.basename(ctx.workdir.rstrip("/")),
+        "workdir": ctx.workdir,
+        "model": {"name": m.name, "variant": c.model.variant, "params": ctx.program.model.num_params(),
                   "image_size": list(m.image_size), "patch_size": None if resnet else list(m.patch_size),
                   "family": "ResNet" if resnet else ("Hybrid" if m.resnet_layers else "ViT")},
-        "dataset": {"name": c.data.name, "train_examples": trainer.train_examples},
+        "dataset": {"name": c.data.name, "train_examples": ctx.train_examples},
         "global_batch_size": c.batch_size,
         "steps": step,
-        "epochs": examples / trainer.train_examples,
+        "epochs": examples / ctx.train_examples,
         "examples_seen": examples,
         "compute": {
-            "train_flops_per_image": trainer.flops_per_image,
-            "exaflops": examples * trainer.flops_per_image / 1e18,
+            "train_flops_per_image": flops,
+            "exaflops": examples * flops / 1e18,
             "device_hours": device_hours,
             "device_days": device_hours / 24,
             "tpu_v3_core_days": (device_hours * hw["tpu_cores_per_device"] / 24
@@ -314,22 +349,22 @@ def write_summary(trainer, step: int, hooks: list[Hook]) -> dict[str, Any]:
             "num_devices": hw["num_devices"],
             "img_per_sec": perf.get("perf/img_per_sec"),
             "mfu": perf.get("perf/mfu"),
-            "compile_time_s": getattr(trainer, "compile_time_s", None),
+            "compile_time_s": compile_time_s,
         },
         "final": final,
-        "best": dict(trainer.progress["best"]),
-        "skipped_steps": int(jax.device_get(trainer.state["skipped"])),
-        "wall_time_s": trainer.wall_time_s(),  # across restarts (each segment counted to its last checkpoint)
+        "best": dict(ctx.progress["best"]),
+        "skipped_steps": skipped_steps,
+        "wall_time_s": wall_time_s,  # across restarts (each segment counted to its last checkpoint)
         "config": c.to_dict(),
     }
     if jax.process_index() == 0:
         from vit_jax.train import workdir as wd
         from vit_jax.train.plots import plot_training_curves
 
-        wd.write_bytes(wd.path(trainer.workdir, "summary.json"),
+        wd.write_bytes(wd.path(ctx.workdir, "summary.json"),
                        json.dumps(summary, indent=2, default=_jsonable).encode())
-        png = plot_training_curves(read_jsonl(wd.path(trainer.workdir, "metrics.jsonl")), title=m.name)
-        wd.write_bytes(wd.path(trainer.workdir, "curves.png"), png)
+        png = plot_training_curves(read_jsonl(wd.path(ctx.workdir, "metrics.jsonl")), title=m.name)
+        wd.write_bytes(wd.path(ctx.workdir, "curves.png"), png)
     return summary
 
 

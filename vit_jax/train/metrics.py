@@ -142,12 +142,3 @@ def format_duration(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
-def read_jsonl(path) -> list[dict]:
-    from etils import epath
-
-    path = epath.Path(path)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,4 +1,4 @@
-"""Optimizers and learning-rate schedules from the config (optax), and the losses.
+"""Optimizers and learning-rate schedules from the config (optax).
 
 Weight decay is decoupled (AdamW): added to the update after the adaptive scaling and multiplied by the learning-rate
 schedule, the optax convention; by default only kernels (matrices) are decayed, not biases, norms, embeddings.
@@ -64,20 +64,3 @@ def make_optimizer(o: ml_collections.ConfigDict, schedule: optax.Schedule, param
         parts.append(optax.add_decayed_weights(o.weight_decay, mask))
     parts.append(optax.scale_by_learning_rate(schedule))
     return optax.chain(*parts)
-
-
-def softmax_xent(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    return -jnp.sum(labels * jax.nn.log_softmax(logits.astype(jnp.float32)), axis=-1)
-
-
-def sigmoid_xent(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    return jnp.sum(optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), labels), axis=-1)
-
-
-LOSSES = {"softmax_xent": softmax_xent, "sigmoid_xent": sigmoid_xent}
-
-
-def smooth_labels(labels: jax.Array, smoothing: float) -> jax.Array:
-    if not smoothing:
-        return labels
-    return labels * (1.0 - smoothing) + smoothing / labels.shape[-1]

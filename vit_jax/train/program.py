@@ -15,6 +15,7 @@ import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding
 
+from vit_jax.eval.steps import make_eval_step
 from vit_jax.models.build import ModelConfig, build_model
 from vit_jax.models.flops import model_flops
 from vit_jax.models.sharding_hints import activation_sharding
@@ -23,7 +24,7 @@ from vit_jax.parallel import mesh as mesh_lib
 from vit_jax.parallel.distributed import SyncedJit
 from vit_jax.train import config as config_lib
 from vit_jax.train.optimizer import make_optimizer, make_schedule
-from vit_jax.train.step import init_state, make_eval_step, make_train_step
+from vit_jax.train.step import init_state, make_train_step
 
 
 @dataclasses.dataclass

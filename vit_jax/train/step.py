@@ -1,4 +1,4 @@
-"""The jitted train and eval steps (pure functions of state and batch; sharding is applied by the caller).
+"""The jitted train step (a pure function of state and batch; sharding is applied by the caller). Eval steps: eval/steps.py.
 
 Train state: {"params", "opt_state", "step", "rng" (key data of the run's seed), "skipped", "consecutive_skips"}
 (and "loss_ema" with the loss-spike guard).
@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import optax
 
 from vit_jax.data.mixup import mixup
+from vit_jax.models.losses import LOSSES, smooth_labels
 from vit_jax.models.vit import FunctionalViT
-from vit_jax.train.optimizer import LOSSES, smooth_labels
 
 
 def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.Array,
@@ -118,36 +118,3 @@ def make_train_step(model: FunctionalViT, tx: optax.GradientTransformation, sche
         return new_state, metrics
 
     return train_step
-
-
-def make_eval_step(model: FunctionalViT, loss_kind: str = "softmax_xent") -> Callable:
-    """Sums (not means) over the masked batch, so padded examples never count and totals are exact."""
-    loss_fn = LOSSES[loss_kind]
-
-    def eval_step(params, batch):
-        logits, _ = model.apply(params, batch["image"])
-        mask = batch["_mask"].astype(jnp.float32)
-        labels = batch["labels"].astype(jnp.float32)
-        label = batch["label"]
-        top1 = jnp.argmax(logits, -1)
-        k = min(5, logits.shape[-1])
-        topk = jax.lax.top_k(logits, k)[1]
-        return {
-            "count": mask.sum(),
-            "loss": (loss_fn(logits, labels) * mask).sum(),
-            "top1": ((top1 == label) * mask).sum(),
-            "top5": (jnp.any(topk == label[:, None], -1) * mask).sum(),
-            # multi-label: is the top prediction one of the example's labels
-            "prec1": ((jnp.take_along_axis(labels, top1[:, None], -1)[:, 0] > 0) * mask).sum(),
-        }
-
-    return eval_step
-
-
-def features_step(model: FunctionalViT) -> Callable:
-    """Pre-logits features (for few-shot evaluation)."""
-
-    def fn(params, images):
-        return model.apply(params, images)[1]["pre_logits"].astype(jnp.float32)
-
-    return fn

@@ -16,8 +16,9 @@ import jax
 import ml_collections
 
 from vit_jax import __version__
-from vit_jax.errors import DIVERGED_EXIT_CODE, UserError
 from vit_jax.checkpoints.training import RunCheckpointer, git_commit, model_meta
+from vit_jax.data import pp as pp_lib
+from vit_jax.errors import DIVERGED_EXIT_CODE, UserError
 from vit_jax.parallel.distributed import barrier
 from vit_jax.train import config as config_lib
 from vit_jax.train import hooks as hooks_lib
@@ -74,7 +75,7 @@ class Trainer:
     def _setup_model_and_optimizer(self) -> None:
         self.program = p = build_program(self.config, self.ds.num_classes, self.dur,
                                          architecture=self._init_architecture())
-        # Short names for what hooks and tests read most.
+        # Short names for what the trainer (and tests) read most.
         self.model_cfg, self.model, self.mesh = p.model_cfg, p.model, p.mesh
         self.param_sh, self.batch_sh, self.abstract_state = p.param_sh, p.batch_sh, p.abstract_state
         self.train_step, self.eval_step, self.flops_per_image = p.train_step, p.eval_step, p.flops_per_image
@@ -200,6 +201,8 @@ class Trainer:
                          "tpu_cores_per_device": table_lookup(TPU_CORES, dev.device_kind) if dev.platform == "tpu"
                          else None}
         self._print_startup()
+        self.compile_time_s = None  # set when this segment compiles (not when it resumes at the end)
+        pp_lib.load_modules(c.data.pp_modules)
         it = pipeline.train_iterator(self.ds, split=c.data.train_split, pp=c.data.pp_train,
                                      global_batch_size=c.batch_size, sharding=self.batch_sh, seed=c.seed,
                                      start_step=self.start_step, fraction=c.data.fraction,
@@ -207,7 +210,11 @@ class Trainer:
                                      stream=dict(window=c.data.stream_window, read_ahead=c.data.stream_read_ahead))
         if self.data_state is not None:
             it.explain_resume(self.data_state)  # a bucket stream resumed by another process count: one line
-        hooks = self._hooks = hooks_lib.default_hooks(self, writer)
+        ctx = hooks_lib.HookContext(
+            config=c, workdir=self.workdir, durations=self.dur, start_step=self.start_step,
+            train_examples=self.train_examples, dataset=self.ds, program=self.program, hardware=self.hardware,
+            progress=self.progress, params=lambda: self.state["params"], save_checkpoint=self.save_checkpoint)
+        hooks = self._hooks = hooks_lib.default_hooks(ctx, writer)
         for hook in hooks:
             if type(hook).__name__ in self._hook_states:
                 hook.restore(self._hook_states[type(hook).__name__])
@@ -241,7 +248,9 @@ class Trainer:
                 self._check_finite(pending, step, step, it)
             hooks_lib.finish_all(hooks, step, it)
             self.ckpt.wait()
-            summary = hooks_lib.write_summary(self, step, hooks)
+            summary = hooks_lib.write_summary(ctx, step, hooks,
+                                              skipped_steps=int(jax.device_get(self.state["skipped"])),
+                                              wall_time_s=self.wall_time_s(), compile_time_s=self.compile_time_s)
             return summary
         finally:
             for sig, old in previous:

@@ -18,12 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from vit_jax import cli_args
+
 ANALYSES = ("attention-distance", "posemb-similarity", "embedding-pcs", "attention-rollout")
 NEEDS_IMAGES = {"attention-distance", "attention-rollout"}
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vit-jax analyze", description=__doc__.split("\n")[0],
+    p = cli_args.ArgumentParser(prog="vit-jax analyze", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help=".npz (official/big_vision), .safetensors, or a run directory")
     p.add_argument("--what", required=True, help=f"comma-separated: {', '.join(ANALYSES)}, or all")

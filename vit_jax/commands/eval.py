@@ -11,9 +11,11 @@ import argparse
 import json
 import sys
 
+from vit_jax import cli_args
+
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="vit-jax eval", description=__doc__,
+    ap = cli_args.ArgumentParser(prog="vit-jax eval", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--dataset", help="dataset to classify (default: the one recorded in our checkpoints)")
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from vit_jax.eval.fewshot import fewshot_on_datasets
     from vit_jax.models.build import build_model
     from vit_jax.parallel import mesh as mesh_lib
-    from vit_jax.train.step import features_step, make_eval_step
+    from vit_jax.eval.steps import features_step, make_eval_step
 
     cfg, params = load_any(args.checkpoint)
     meta = _recorded(args.checkpoint)

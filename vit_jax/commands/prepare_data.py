@@ -2,21 +2,21 @@
 
 Examples:
   vit-jax prepare-data digits
-  vit-jax prepare-data imagenet21k/fall11 --data_dir /data/tfds --manual_dir /data/raw
+  vit-jax prepare-data imagenet21k/fall11 --data-dir /data/tfds --manual-dir /data/raw
   vit-jax prepare-data folder:/data/my_photos
   vit-jax prepare-data cifar10 --download          # the only way anything is fetched from the network
-  vit-jax prepare-data digits --data_dir gs://bucket/tfds
+  vit-jax prepare-data digits --data-dir gs://bucket/tfds
 
-A bucket data_dir (gs://...): the dataset is built and verified in a local staging folder (--staging_dir, default
+A bucket data_dir (gs://...): the dataset is built and verified in a local staging folder (--staging-dir, default
 ~/.cache/vit_jax/staging/<url>: it needs the dataset's size on local disk), then uploaded file by file with a
 progress bar; files already in the bucket with the same size are skipped, so rerunning after a crash resumes.
 features.json and dataset_info.json go last: until they are there, no reader takes the dataset as prepared. The
-staging folder is deleted after the upload (--keep_staging keeps it).
+staging folder is deleted after the upload (--keep-staging keeps it).
 
 Interrupted builds resume: finished per-synset / per-class units are recorded in <data_dir>/downloads/ and
 skipped (that staging folder is small, and deleted once the build succeeds).
 The verification pass reads every record's label and prints per-split counts and class counts (all classes
-when there are at most --show_classes of them, a summary otherwise; full counts go to class_counts.json).
+when there are at most --show-classes of them, a summary otherwise; full counts go to class_counts.json).
 """
 
 from __future__ import annotations
@@ -28,23 +28,24 @@ import shutil
 import sys
 from pathlib import Path
 
+from vit_jax import cli_args
 from vit_jax.data import datasets
 from vit_jax.storage.remote import StorageError
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="vit-jax prepare-data", description=__doc__.split("\n\n")[0],
+    p = cli_args.ArgumentParser(prog="vit-jax prepare-data", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("dataset", help="digits | imagenet21k[/fall11|/winter21] | folder:/abs/path | a TFDS name")
-    p.add_argument("--data_dir", default=None, help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
-    p.add_argument("--manual_dir", default=None,
+    p.add_argument("--data-dir", default=None, help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
+    p.add_argument("--manual-dir", default=None,
                    help="where manual files are, or the imagenet21k archive (default: <data_dir>/downloads/manual)")
     p.add_argument("--download", action="store_true", help="allow TFDS to download the data (network)")
     p.add_argument("--workers", type=int, default=None, help="image-checking threads (default: all cores)")
-    p.add_argument("--no_verify", action="store_true", help="skip the verification pass")
-    p.add_argument("--show_classes", type=int, default=20, help="print every class count up to this many classes")
-    p.add_argument("--staging_dir", default=None, help="bucket data_dir: where to build before uploading")
-    p.add_argument("--keep_staging", action="store_true", help="bucket data_dir: keep the local build after upload")
+    p.add_argument("--no-verify", action="store_true", help="skip the verification pass")
+    p.add_argument("--show-classes", type=int, default=20, help="print every class count up to this many classes")
+    p.add_argument("--staging-dir", default=None, help="bucket data_dir: where to build before uploading")
+    p.add_argument("--keep-staging", action="store_true", help="bucket data_dir: keep the local build after upload")
     return p.parse_args(argv)
 
 

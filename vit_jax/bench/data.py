@@ -1,5 +1,5 @@
 """`vit-jax bench data`: input-pipeline throughput against TensorFlow's fused JPEG decode-and-crop.
-(`vit-jax bench data --remote`: the same train iterator streaming from a bucket against local disk, bench_remote.py.)
+(`vit-jax bench data --remote`: the same train iterator streaming from a bucket against local disk, data_remote.py.)
 
 Generates realistic JPEGs (about 500x375: crops and rescales of the photos scikit-learn ships), prepares them as
 an image-folder dataset, and measures in one run:
@@ -19,7 +19,6 @@ breakdown per image of both pipelines.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -32,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from vit_jax import cli_args
 
 PP = "decode_jpeg_and_inception_crop({size})|flip_lr|value_range(-1, 1)"
 
@@ -262,24 +263,20 @@ def _best(samples: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--remote" in argv:  # the bucket stream against local disk: its own module and arguments
-        from vit_jax.data import bench_remote
-
-        return bench_remote.main([a for a in argv if a != "--remote"])
-    p = argparse.ArgumentParser(prog="vit-jax bench data", description=__doc__.split("\n\n")[0])
-    p.add_argument("--num_images", type=int, default=256)
+    p = cli_args.ArgumentParser(prog="vit-jax bench data", description=__doc__.split("\n\n")[0])
+    p.add_argument("--num-images", type=int, default=256)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=12, help="batches timed per measurement")
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--workers", default="1,2", help="comma-separated decode worker counts")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the best round is reported")
-    p.add_argument("--no_device", action="store_true", help="skip the runs that build global jax.Arrays")
-    p.add_argument("--no_per_call", action="store_true", help="skip (b'), the per-image tf.function loop")
+    p.add_argument("--no-device", action="store_true", help="skip the runs that build global jax.Arrays")
+    p.add_argument("--no-per-call", action="store_true", help="skip (b'), the per-image tf.function loop")
     p.add_argument("--stages", action="store_true", help="add a per-stage cost breakdown (single thread)")
     p.add_argument("--json", nargs="?", const="-", default="", metavar="PATH",
                    help="write the result as JSON to PATH (like bench train/eval); bare --json prints it instead "
                         "of the table")
-    p.add_argument("--remote", action="store_true", help="bench the bucket stream instead (see bench_remote.py)")
+    p.add_argument("--remote", action="store_true", help="bench the bucket stream instead (see data_remote.py)")
     args = p.parse_args(argv)
 
     from vit_jax.data import datasets

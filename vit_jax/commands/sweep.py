@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vit_jax import cli_args
 from vit_jax.sweep.launchers import LAUNCHERS, TRAINER_ENV
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vit-jax sweep", description=__doc__.split("\n")[0],
+    parser = cli_args.ArgumentParser(prog="vit-jax sweep", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -2,7 +2,7 @@
 same dataset on local disk, in one run.
 
 The bucket is a real GCS API server (gcp-storage-emulator) on localhost behind FaultProxy, which adds
-`--latency_ms` (default 50) to every request, as a far-away bucket would. The dataset is the photographic JPEGs of
+`--latency-ms` (default 50) to every request, as a far-away bucket would. The dataset is the photographic JPEGs of
 `vit-jax bench data`, prepared as an image-folder dataset in `--shards` files and uploaded as prepare-data does.
 Both sides run the same train iterator (`decode_jpeg_and_inception_crop|flip_lr|value_range`, host numpy batches,
 `--workers` decode threads); the bucket side streams with a `--window`-record shuffle window and one window of
@@ -12,7 +12,6 @@ times per round). Rounds alternate local and bucket; the best round of each is r
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -21,13 +20,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from vit_jax import cli_args
+
 
 def _rate(ds, size: int, batch: int, steps: int, workers: int, window: int) -> dict:
     import jax
     import numpy as np
 
     from vit_jax.data import pipeline
-    from vit_jax.data.bench import PP
+    from vit_jax.bench.data import PP
 
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("data",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
@@ -81,22 +82,22 @@ def _restored_env(value: str | None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="vit-jax bench data --remote", description=__doc__.split("\n\n")[0])
-    p.add_argument("--num_images", type=int, default=512)
+    p = cli_args.ArgumentParser(prog="vit-jax bench data --remote", description=__doc__.split("\n\n")[0])
+    p.add_argument("--num-images", type=int, default=512)
     p.add_argument("--shards", type=int, default=16, help="record files of the dataset")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=16, help="batches timed per round")
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--window", type=int, default=128, help="records per shuffle window of the bucket stream")
-    p.add_argument("--latency_ms", type=float, default=50.0, help="added to every request to the bucket")
+    p.add_argument("--latency-ms", type=float, default=50.0, help="added to every request to the bucket")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", default="", metavar="PATH", help="also write the result as JSON to PATH ('-': print)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
 
     from vit_jax import runtime
     from vit_jax.data import datasets
-    from vit_jax.data.bench import environment, make_jpegs
+    from vit_jax.bench.data import environment, make_jpegs
     from vit_jax.storage.emulator import Emulator, FaultProxy
 
     jpegs = make_jpegs(args.num_images)
