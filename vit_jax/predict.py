@@ -29,7 +29,7 @@ import numpy as np
 from vit_jax import cli_args
 from vit_jax.checkpoints.convert import describe, load_with_size, parse_size
 from vit_jax.data.image_files import default_eval_pp, read_image_folder
-from vit_jax.models.vit import FunctionalViT
+from vit_jax.models.build import build_model
 
 def load_image_array(path: str) -> np.ndarray:
     if path.endswith(".npz"):
@@ -51,7 +51,7 @@ def predict(params, cfg, images: np.ndarray, batch_size: int = 64, features: str
         raise ValueError(f"features={features!r} is not one of {FEATURES}")
     if (features == "logits") == cfg.dense:
         raise ValueError(_features_mismatch(cfg))
-    model = FunctionalViT(cfg)
+    model = build_model(cfg)
     # One program for both dense maps (the neck is cheap next to the encoder): `dense` and `tokens` runs of the same
     # model then share one compilation (the persistent cache keys on the program).
     jitted = jax.jit(lambda p, x: _outputs(model.apply(p, x), cfg.dense))

@@ -3,10 +3,9 @@
 import csv
 from importlib import resources
 
-import jax
-import jax.numpy as jnp
 import pytest
 
+from tests.models.xla_cost import xla_flops_per_image
 from vit_jax.models import vit_config
 from vit_jax.models.flops import vit_flops
 from vit_jax.models.vit import FunctionalViT
@@ -59,14 +58,5 @@ def test_sam_b_windowed_flops_against_all_global():
 
 
 def _check_against_xla(cfg):
-    f = FunctionalViT(cfg)
-
-    def xla_flops(batch):
-        compiled = jax.jit(lambda p, x: f.apply(p, x)[0]).lower(
-            f.shapes, jax.ShapeDtypeStruct((batch, *cfg.image_size, 3), jnp.float32)).compile()
-        cost = compiled.cost_analysis()
-        return (cost[0] if isinstance(cost, list) else cost)["flops"]
-
-    # Per image = what one more image costs: work done once per batch (the hybrid's weight standardisation of its
-    # kernels) is not per-image compute.
-    assert xla_flops(2) - xla_flops(1) == pytest.approx(vit_flops(cfg).forward, rel=0.02)  # the README says 2%
+    flops = xla_flops_per_image(FunctionalViT(cfg), cfg.image_size)
+    assert flops == pytest.approx(vit_flops(cfg).forward, rel=0.02)  # the README says 2%

@@ -143,9 +143,9 @@ def saved_activation_bytes(program, per_device_batch: int, dtype: str) -> int | 
         from jax._src.ad_checkpoint import saved_residuals  # the engine of the public print_saved_residuals
     except ImportError:
         return None
-    from vit_jax.models.vit import FunctionalViT
+    from vit_jax.models.build import build_model
 
-    model = FunctionalViT(program.model_cfg.replace(dtype=dtype))
+    model = build_model(program.model_cfg.replace(dtype=dtype))
     h, w = program.model_cfg.image_size
 
     def loss(params, images):

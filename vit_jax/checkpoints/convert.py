@@ -1,7 +1,8 @@
 """`vit-jax convert SRC DST --to {official,big_vision,timm}`: change a checkpoint's layout, optionally with surgery.
 
 SRC may be an official/big_vision `.npz`, a timm `.safetensors` exported by us, or one of our training checkpoints
-(a workdir, its `checkpoints/` folder, or one step folder). The architecture is inferred from SRC; a SRC that does
+(a workdir, its `checkpoints/` folder, or one step folder); or a BiT ResNet-v2 as a big_transfer `.npz` or a timm
+`resnetv2_*_bit` `.safetensors`, which `--to official` writes in the big_transfer layout and `--to timm` as timm's. The architecture is inferred from SRC; a SRC that does
 not record its resolution (fixed sin-cos posemb, non-square patch grid) needs --source-image-size.
 """
 
@@ -11,6 +12,7 @@ import argparse
 import sys
 
 import jax
+import numpy as np
 
 from vit_jax import cli_args
 from vit_jax.checkpoints.layouts import LAYOUTS, ImageSizeRequiredError
@@ -18,7 +20,8 @@ from vit_jax.checkpoints.loading import load_any
 from vit_jax.checkpoints.npz import save_npz_params
 from vit_jax.checkpoints.surgery import RESIZE_METHODS, adapt_params
 from vit_jax.checkpoints.timm import save_timm
-from vit_jax.models.vit import FunctionalViT
+from vit_jax.models.bit_config import BiTConfig
+from vit_jax.models.build import build_model
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -63,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg, params = loaded
     print(f"loaded {args.src}: {describe(cfg)}")
+    if isinstance(cfg, BiTConfig):
+        return convert_bit(args, cfg, params)
     changes = {}
     if args.image_size:
         changes["image_size"] = args.image_size
@@ -72,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         changes["rep_size"] = 0
     if changes:
         target = cfg.replace(**changes)
-        init = FunctionalViT(target).init(jax.random.key(0))
+        init = build_model(target).init(jax.random.key(0))
         reinit = ("head",) if "num_classes" in changes or "rep_size" in changes else ()
         params, notes = adapt_params(params, cfg, init, target, reinit=reinit, posemb_method=args.posemb_method)
         for note in notes:
@@ -90,7 +95,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def convert_bit(args: argparse.Namespace, cfg: BiTConfig, params) -> int:
+    """The BiT ResNet-v2 side of `convert`: big_transfer .npz or timm safetensors, with a new zero head on request."""
+    from vit_jax.checkpoints.bit import save_bit_npz, save_bit_timm
+
+    if args.to == "big_vision" or args.drop_pre_logits:
+        print("error: BiT ResNets have no big_vision layout and no pre-logits layer; use --to official (big_transfer "
+              "layout) or --to timm", file=sys.stderr)
+        return 2
+    if args.image_size:  # BiT's parameters do not depend on the resolution: only the recorded size changes
+        cfg = cfg.replace(image_size=args.image_size)
+    if args.num_classes is not None:
+        cfg = cfg.replace(num_classes=args.num_classes)
+        params = {k: v for k, v in params.items() if k != "head"}
+        if args.num_classes:
+            dtype = params["norm"]["scale"].dtype  # zero-initialised, as BiT initialises its head
+            params["head"] = {"kernel": np.zeros((cfg.out_channels, cfg.num_classes), dtype),
+                              "bias": np.zeros((cfg.num_classes,), dtype)}
+        print(f"  head: replaced by a zero-initialised one of {args.num_classes} classes")
+    (save_bit_timm if args.to == "timm" else save_bit_npz)(args.dst, params, cfg)
+    print(f"wrote {args.dst} ({'timm' if args.to == 'timm' else 'big_transfer'} layout): {describe(cfg)}")
+    return 0
+
+
 def describe(cfg) -> str:
+    if isinstance(cfg, BiTConfig):
+        return (f"{cfg.name} (units {cfg.layers}, width factor {cfg.width_factor}, classes={cfg.num_classes}, "
+                f"image={cfg.image_size[0]}x{cfg.image_size[1]})")
     extra = [f"pool={cfg.pool}", f"posemb={cfg.posemb}", f"classes={cfg.num_classes}",
              f"image={cfg.image_size[0]}x{cfg.image_size[1]}"]
     if cfg.rep_size:

@@ -1,4 +1,7 @@
-"""One entry point for every checkpoint a user may hold: `load_any(path) -> (ViTConfig, params)`."""
+"""One entry point for every checkpoint a user may hold: `load_any(path) -> (model config, params)`.
+
+The config's type names the model family (ViTConfig or BiTConfig); `vit_jax.models.build.build_model(cfg)` builds it.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +10,19 @@ from typing import Any
 
 from vit_jax.checkpoints.layouts import CheckpointReadError
 from vit_jax.errors import one_line
+from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.config import ViTConfig
 from vit_jax.storage.remote import is_url
 
 
-def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig, dict[str, Any]]:
+def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
     """Loads parameters (numpy, our nested layout) and the architecture from any supported checkpoint.
 
     - `.npz`: official ViT / AugReg or big_vision layout (architecture inferred from the arrays; `infer_kw` go to
-      `infer_config`, e.g. `fallback_image_size` for a file that does not record its resolution);
-    - `.safetensors`: a timm ViT state dict (as written by `vit-jax convert --to timm`);
+      `infer_config`, e.g. `fallback_image_size` for a file that does not record its resolution), or a big_transfer
+      BiT ResNet-v2 (`resnet/root_block/...` keys);
+    - `.safetensors`: a timm ViT state dict (as written by `vit-jax convert --to timm`) or a timm `resnetv2_*_bit`
+      one (`stem.conv.weight`);
     - a directory: one of our training runs (workdir), its `checkpoints/` folder, or a single step folder.
     Our run directories and timm exports record their resolution, so `fallback_image_size` is not used there.
     """
@@ -30,9 +36,12 @@ def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig, dict[str, Any]]:
     if path.endswith(".safetensors"):
         from safetensors import SafetensorError
 
+        from vit_jax.checkpoints.bit import is_bit_timm_file, load_bit_timm
         from vit_jax.checkpoints.timm import load_timm
 
         try:
+            if is_bit_timm_file(path):
+                return load_bit_timm(path, fallback_image_size=infer_kw.get("fallback_image_size"))
             return load_timm(path)
         except SafetensorError as e:
             raise CheckpointReadError(f"{path} is not a readable .safetensors file ({one_line(e)})") from e

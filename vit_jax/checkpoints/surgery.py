@@ -52,13 +52,17 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
     - the learned position embedding is resized to the target grid (class-token row kept apart), and relative
       position tables to the target's attention sizes (global blocks follow the grid);
     - everything else must match in name and shape, or a CheckpointMismatchError lists every difference.
+    Both configs are of one model family (a BiT ResNet's checkpoint fine-tunes a BiT ResNet).
     """
     src = {k: np.asarray(v) for k, v in flatten(loaded).items()}
     dst = flatten(target_init)
     out: dict[str, Any] = {}
     notes: list[str] = []
     missing, mismatched = [], []
-    if loaded_cfg.pool != target_cfg.pool and not (
+    if type(loaded_cfg) is not type(target_cfg):
+        raise CheckpointMismatchError(f"checkpoint holds a {loaded_cfg.name} but the config builds a {target_cfg.name} "
+                                      "(another model family)")
+    if isinstance(target_cfg, ViTConfig) and loaded_cfg.pool != target_cfg.pool and not (
             {loaded_cfg.pool, target_cfg.pool} <= {"token", "gap"} and "pos_embedding" not in dst):
         raise CheckpointMismatchError(
             f"checkpoint pools with '{loaded_cfg.pool}' but the config asks for '{target_cfg.pool}'; set "

@@ -28,6 +28,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from vit_jax.errors import UserError, debug_enabled, one_line
+from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.config import ViTConfig
 from vit_jax.parallel.distributed import all_processes, barrier
 from vit_jax.storage.remote import is_url
@@ -292,19 +293,21 @@ def load_run_metadata(path: str) -> dict:
     return json.loads((step_dir / "meta" / "metadata").read_text())
 
 
-def model_config_from_meta(meta: dict) -> ViTConfig:
+def model_config_from_meta(meta: dict) -> ViTConfig | BiTConfig:
+    from vit_jax.models.bit_config import bit_config
     from vit_jax.models.config import vit_config
 
-    return vit_config(**meta["model"])
+    model = meta["model"]
+    return bit_config(**model) if "width_factor" in model else vit_config(**model)  # BiT: its own fields
 
 
-def load_params_from_run(path: str) -> tuple[ViTConfig, dict[str, Any]]:
+def load_params_from_run(path: str) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
     """Parameters (numpy) and architecture of one of our checkpoints, restored onto this host's CPU memory."""
-    from vit_jax.models.vit import FunctionalViT
+    from vit_jax.models.build import build_model
 
     step_dir = _step_dir(path)
     cfg = model_config_from_meta(load_run_metadata(str(step_dir)))
-    shapes = FunctionalViT(cfg).shapes
+    shapes = build_model(cfg).shapes
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     target = {"params": jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)}
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)
@@ -314,8 +317,8 @@ def load_params_from_run(path: str) -> tuple[ViTConfig, dict[str, Any]]:
     return cfg, jax.tree.map(np.asarray, out["params"])
 
 
-def model_meta(cfg: ViTConfig) -> dict:
-    """ViTConfig -> JSON-able dict that `vit_config(**meta)` rebuilds exactly."""
+def model_meta(cfg: ViTConfig | BiTConfig) -> dict:
+    """Model config -> JSON-able dict that `model_config_from_meta` rebuilds exactly."""
     import dataclasses
 
     d = dataclasses.asdict(cfg)

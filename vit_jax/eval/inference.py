@@ -1,4 +1,4 @@
-"""A checkpoint's model ready for inference: parameters placed on a mesh, as training's build_program places them.
+"""A checkpoint's model (any family) ready for inference: parameters placed on a mesh, as training places them.
 
 The one way `vit-jax eval`, `predict` and `analyze` build a model from (ViTConfig, params): the model, the mesh
 (every local device on the data axis by default), the parameter and batch shardings, and the parameters on the
@@ -14,14 +14,14 @@ import jax
 from jax.sharding import Mesh, NamedSharding
 
 from vit_jax.eval.steps import features_step, make_eval_step
-from vit_jax.models.config import ViTConfig
+from vit_jax.models.build import ModelConfig, build_model
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.parallel import mesh as mesh_lib
 
 
 @dataclasses.dataclass(frozen=True)
 class InferenceProgram:
-    cfg: ViTConfig
+    cfg: ModelConfig
     model: FunctionalViT
     mesh: Mesh
     param_sh: Any
@@ -48,10 +48,10 @@ class InferenceProgram:
         return max(batch_size // n, 1) * n
 
 
-def build_inference(cfg: ViTConfig, params: Any, mesh: Mesh | None = None) -> InferenceProgram:
+def build_inference(cfg: ModelConfig, params: Any, mesh: Mesh | None = None) -> InferenceProgram:
     """Places `params` (host numpy or device arrays, our layout) on `mesh` (default: all devices, data-parallel)."""
     mesh = mesh if mesh is not None else mesh_lib.make_mesh()
-    model = FunctionalViT(cfg)
+    model = build_model(cfg)
     param_sh = mesh_lib.tree_shardings(model.logical_axes, model.shapes, mesh)
     return InferenceProgram(cfg=cfg, model=model, mesh=mesh, param_sh=param_sh,
                             batch_sh=mesh_lib.batch_sharding(mesh), params=jax.device_put(params, param_sh))

@@ -1,4 +1,4 @@
-"""Analytic FLOPs of a ViT forward pass per image (2 FLOPs per multiply-accumulate, attention included).
+"""Analytic FLOPs of a ViT or BiT ResNet forward pass per image (2 FLOPs per multiply-accumulate, attention included).
 
 Only matrix products and convolutions are counted (elementwise work is a few percent and depends on fusion); a
 training step is taken as 3x the forward pass (forward + backward w.r.t. activations and weights), the convention
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.config import ViTConfig
 
 
@@ -22,10 +23,12 @@ class Flops:
         return 3.0 * self.forward
 
 
-def _resnet_flops(cfg: ViTConfig) -> tuple[float, int, int, int]:
-    """FLOPs of the BiT stem and the (height, width, channels) of its output."""
-    h, w = cfg.image_size
-    width = 64 * cfg.resnet_width
+def _resnet_flops(image_size: tuple[int, int], layers: tuple[int, ...],
+                  width_factor: int) -> tuple[float, int, int, int]:
+    """FLOPs of a BiT-style ResNet (root conv and bottleneck stages, the hybrid stem's or BiT's) and the (height,
+    width, channels) of its output. Both paddings (TF SAME, BiT's symmetric) give ceil(size / stride) outputs."""
+    h, w = image_size
+    width = 64 * width_factor
 
     def conv(hout, wout, k, cin, cout):
         return 2.0 * hout * wout * k * k * cin * cout
@@ -34,7 +37,7 @@ def _resnet_flops(cfg: ViTConfig) -> tuple[float, int, int, int]:
     total = conv(h, w, 7, 3, width)
     h, w = -(-h // 2), -(-w // 2)  # max-pool
     cin = width
-    for s, units in enumerate(cfg.resnet_layers, 1):
+    for s, units in enumerate(layers, 1):
         f = width * 2 ** (s - 1)
         for u in range(1, units + 1):
             stride = 2 if (u == 1 and s > 1) else 1
@@ -58,6 +61,20 @@ def _grid_block_flops(cfg: ViTConfig, block: int) -> float:
     return flops + 2.0 * 2 * gh * gw * d * cfg.mlp_dim
 
 
+def bit_flops(cfg: BiTConfig) -> Flops:
+    """Forward FLOPs per image of a BiT ResNet-v2 at `cfg.image_size` (convolutions and the head)."""
+    parts: dict[str, float] = {}
+    parts["resnet"], _, _, channels = _resnet_flops(cfg.image_size, cfg.layers, cfg.width_factor)
+    if cfg.num_classes:
+        parts["head"] = 2.0 * channels * cfg.num_classes
+    return Flops(forward=sum(parts.values()), breakdown=parts)
+
+
+def model_flops(cfg: ViTConfig | BiTConfig) -> Flops:
+    """Forward FLOPs per image of any model family's config."""
+    return bit_flops(cfg) if isinstance(cfg, BiTConfig) else vit_flops(cfg)
+
+
 def vit_flops(cfg: ViTConfig) -> Flops:
     d, m, depth = cfg.width, cfg.mlp_dim, cfg.depth
     n, t = cfg.num_patches, cfg.seq_len
@@ -65,7 +82,7 @@ def vit_flops(cfg: ViTConfig) -> Flops:
     parts: dict[str, float] = {}
     cin = 3
     if cfg.resnet_layers:
-        parts["stem"], _, _, cin = _resnet_flops(cfg)
+        parts["stem"], _, _, cin = _resnet_flops(cfg.image_size, cfg.resnet_layers, cfg.resnet_width)
     parts["patch_embedding"] = 2.0 * n * ph * pw * cin * d
     if cfg.spatial_attention:
         parts["encoder"] = sum(_grid_block_flops(cfg, i) for i in range(depth))

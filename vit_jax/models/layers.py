@@ -24,6 +24,14 @@ TOKENS = ("batch", "seq", "act_embed")  # (B, T, D) activations: sharded over th
 
 LN_EPS = 1e-6  # the official ViT code's LayerNorm epsilon (flax default)
 
+# What jax.checkpoint saves under each remat name of models/config.py REMAT_POLICIES ("none": no checkpointing), for
+# a ViT's blocks and a BiT's bottleneck units alike.
+SAVED_UNDER_REMAT = {
+    "full": None,  # save nothing: recompute the whole block in the backward pass
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
 
 def param(rngs: nnx.Rngs | None, init, shape, dtype, axes) -> nnx.Param:
     """A parameter carrying its logical sharding axes as `logical_axes` metadata."""

@@ -17,24 +17,42 @@ GN_EPS = 1e-6
 GN_GROUPS = 32
 
 
-class StdConv(nnx.Module):
-    """Bias-free convolution with weight standardisation over (kh, kw, in) per output channel; SAME padding."""
+def symmetric_padding(kernel: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """BiT's "fixed" padding: (k - 1) // 2 on every side whatever the stride (TF's SAME pads less on top/left)."""
+    p = (kernel - 1) // 2
+    return ((p, p), (p, p))
 
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, *, param_dtype, rngs):
+
+class StdConv(nnx.Module):
+    """Bias-free convolution with weight standardisation over (kh, kw, in) per output channel.
+
+    The hybrid stem (official ViT code): SAME padding, (w - mean) / (std + 1e-5). BiT ResNet-v2 passes
+    `padding=symmetric_padding(k)` and `ws_eps_in_variance` (w - mean) / sqrt(var + eps), as big_transfer and timm.
+    """
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, *, padding="SAME", ws_eps: float = WS_EPS,
+                 ws_eps_in_variance: bool = False, param_dtype, rngs):
         self.stride = stride
+        self.padding = padding
+        self.ws_eps = ws_eps
+        self.ws_eps_in_variance = ws_eps_in_variance
         self.kernel = param(rngs, lecun_normal(3), (kernel, kernel, cin, cout), param_dtype,
                             (None, None, "conv_in", "conv_out"))
 
     def __call__(self, x: jax.Array) -> jax.Array:
         w = self.kernel[...].astype(jnp.float32)
         w = w - w.mean(axis=(0, 1, 2))
-        w = w / (w.std(axis=(0, 1, 2)) + WS_EPS)
-        return jax.lax.conv_general_dilated(
-            x, w.astype(x.dtype), (self.stride, self.stride), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        if self.ws_eps_in_variance:
+            w = w * jax.lax.rsqrt(jnp.square(w).mean(axis=(0, 1, 2)) + self.ws_eps)
+        else:
+            w = w / (w.std(axis=(0, 1, 2)) + self.ws_eps)
+        return jax.lax.conv_general_dilated(x, w.astype(x.dtype), (self.stride, self.stride), self.padding,
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
 class GroupNorm(nnx.Module):
-    def __init__(self, channels: int, *, zero_scale: bool = False, param_dtype, rngs):
+    def __init__(self, channels: int, *, zero_scale: bool = False, eps: float = GN_EPS, param_dtype, rngs):
+        self.eps = eps
         self.scale = param(rngs, zeros if zero_scale else ones, (channels,), param_dtype, ("norm",))
         self.bias = param(rngs, zeros, (channels,), param_dtype, ("norm",))
 
@@ -43,7 +61,7 @@ class GroupNorm(nnx.Module):
         xg = x.astype(jnp.float32).reshape(n, h, w, GN_GROUPS, c // GN_GROUPS)
         mean = xg.mean(axis=(1, 2, 4), keepdims=True)
         var = jnp.square(xg - mean).mean(axis=(1, 2, 4), keepdims=True)
-        y = ((xg - mean) * jax.lax.rsqrt(var + GN_EPS)).reshape(n, h, w, c)
+        y = ((xg - mean) * jax.lax.rsqrt(var + self.eps)).reshape(n, h, w, c)
         return (y * self.scale[...] + self.bias[...]).astype(x.dtype)
 
 

@@ -21,14 +21,6 @@ from vit_jax.models import layers as L
 from vit_jax.models.config import ViTConfig
 from vit_jax.models.resnet import ResNetStem, resnet_out_channels
 
-# What jax.checkpoint saves under each remat name of models/config.py REMAT_POLICIES ("none": no checkpointing).
-_SAVED_UNDER_REMAT = {
-    "full": None,  # save nothing: recompute the whole block in the backward pass
-    "dots": jax.checkpoint_policies.checkpoint_dots,
-    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
-
-
 def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0) -> np.ndarray:
     """Fixed 2D sin-cos position embedding (MoCo v3 / big_vision): (1, h*w, width)."""
     y, x = np.mgrid[:h, :w]
@@ -98,7 +90,7 @@ class Encoder(nnx.Module):
                 return y, ((y if capture_blocks else None), weights)
 
             if cfg.remat != "none":
-                block_fn = jax.checkpoint(block_fn, policy=_SAVED_UNDER_REMAT[cfg.remat], prevent_cse=not cfg.scan)
+                block_fn = jax.checkpoint(block_fn, policy=L.SAVED_UNDER_REMAT[cfg.remat], prevent_cse=not cfg.scan)
             return block_fn
 
         if cfg.scan:
@@ -254,15 +246,17 @@ class FunctionalViT:
     parameter (for the mesh rules of vit_jax.parallel), both nested dicts with the same structure as params.
     """
 
-    def __init__(self, cfg: ViTConfig):
+    def __init__(self, cfg: ViTConfig, module: type[nnx.Module] = ViT):
+        # `module`: the model family's NNX class (vit_jax.models.build.build_model picks it from the config's type)
         self.cfg = cfg
-        abstract = nnx.eval_shape(lambda: ViT(cfg, rngs=nnx.Rngs(0)))
+        self.module = module
+        abstract = nnx.eval_shape(lambda: module(cfg, rngs=nnx.Rngs(0)))
         self.graphdef, state = nnx.split(abstract)
         self.shapes = nnx.to_pure_dict(state)
         self.logical_axes = _map_variables(state, lambda v: tuple(v.get_metadata()["logical_axes"]))
 
     def init(self, rng: jax.Array) -> dict[str, Any]:
-        return nnx.to_pure_dict(nnx.state(ViT(self.cfg, rngs=nnx.Rngs(params=rng))))
+        return nnx.to_pure_dict(nnx.state(self.module(self.cfg, rngs=nnx.Rngs(params=rng))))
 
     def apply(self, params: dict[str, Any], images: jax.Array, **kw) -> tuple[jax.Array, dict[str, Any]]:
         return nnx.merge(self.graphdef, params)(images, **kw)

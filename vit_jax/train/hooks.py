@@ -22,6 +22,7 @@ import numpy as np
 
 from vit_jax.eval.classification import evaluate
 from vit_jax.eval.fewshot import fewshot_on_datasets
+from vit_jax.models.bit_config import BiTConfig
 from vit_jax.storage.jsonl import read_jsonl
 from vit_jax.train.metrics import format_duration
 
@@ -353,13 +354,14 @@ def write_summary(ctx: HookContext, step: int, hooks: list[Hook], *, skipped_ste
     examples = step * c.batch_size
     m = ctx.program.model_cfg
     flops = ctx.program.flops_per_image
+    resnet = isinstance(m, BiTConfig)  # the paper's three families: ViT, hybrid, BiT ResNet
     summary = {
         "status": "finished",
         "name": os.path.basename(ctx.workdir.rstrip("/")),
         "workdir": ctx.workdir,
         "model": {"name": m.name, "variant": c.model.variant, "params": ctx.program.model.num_params(),
-                  "image_size": list(m.image_size), "patch_size": list(m.patch_size),
-                  "family": "Hybrid" if m.resnet_layers else "ViT"},
+                  "image_size": list(m.image_size), "patch_size": None if resnet else list(m.patch_size),
+                  "family": "ResNet" if resnet else ("Hybrid" if m.resnet_layers else "ViT")},
         "dataset": {"name": c.data.name, "train_examples": ctx.train_examples},
         "global_batch_size": c.batch_size,
         "steps": step,

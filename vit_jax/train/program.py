@@ -16,8 +16,8 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 
 from vit_jax.eval.steps import make_eval_step
-from vit_jax.models.config import ViTConfig
-from vit_jax.models.flops import vit_flops
+from vit_jax.models.build import ModelConfig, build_model
+from vit_jax.models.flops import model_flops
 from vit_jax.models.sharding_hints import activation_sharding
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.parallel import mesh as mesh_lib
@@ -30,7 +30,7 @@ from vit_jax.train.step import init_state, make_train_step
 @dataclasses.dataclass
 class TrainProgram:
     config: ml_collections.ConfigDict
-    model_cfg: ViTConfig
+    model_cfg: ModelConfig
     model: FunctionalViT
     mesh: Mesh
     schedule: optax.Schedule
@@ -77,11 +77,11 @@ class TrainProgram:
 
 
 def build_program(config: ml_collections.ConfigDict, num_classes: int, durations: config_lib.Durations,
-                  devices: Sequence[Any] | None = None, architecture: ViTConfig | None = None) -> TrainProgram:
+                  devices: Sequence[Any] | None = None, architecture: ModelConfig | None = None) -> TrainProgram:
     """`architecture`: the init checkpoint's ViTConfig, for configs that take their model from it."""
     c = config
     model_cfg = config_lib.model_config(c, num_classes, architecture)
-    model = FunctionalViT(model_cfg)
+    model = build_model(model_cfg)
     mesh = mesh_lib.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor, devices=devices)
     dp = mesh.shape["data"] * mesh.shape["fsdp"]
     if c.batch_size % (dp * c.micro_batches) or c.batch_size % jax.process_count():
@@ -119,4 +119,4 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
                                   out_shardings=rep), "eval step")
     return TrainProgram(config=c, model_cfg=model_cfg, model=model, mesh=mesh, schedule=schedule, tx=tx,
                         param_sh=param_sh, state_sh=state_sh, batch_sh=batch_sh, abstract_state=abstract_state,
-                        train_step=train_step, eval_step=eval_step, flops_per_image=vit_flops(model_cfg).train)
+                        train_step=train_step, eval_step=eval_step, flops_per_image=model_flops(model_cfg).train)

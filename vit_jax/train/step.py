@@ -43,7 +43,8 @@ def make_train_step(model: FunctionalViT, tx: optax.GradientTransformation, sche
     average of the accepted losses (the state then carries `loss_ema`: see init_state)."""
     cfg = model.cfg
     loss_fn = LOSSES[loss_kind]
-    needs_rng = bool(cfg.dropout or cfg.attention_dropout or cfg.drop_path)
+    # Dropout and stochastic depth are ViT options (a BiT ResNet has none: its config has no such fields).
+    needs_rng = any(getattr(cfg, k, 0.0) for k in ("dropout", "attention_dropout", "drop_path"))
 
     def micro_loss(params, images, labels, key):
         k_mix, k_model = jax.random.split(key)

@@ -1,0 +1,223 @@
+"""BiT ResNet-v2 checkpoints: the official big_transfer `.npz` releases and timm `resnetv2_*_bit` state dicts.
+
+big_transfer (BiT-M-R50x1.npz, ...), TF layout, optionally under a `resnet/` prefix:
+  `root_block/standardized_conv2d/kernel` (7, 7, 3, C), `block{s}/unit{uu:02d}/{a,b,c}/group_norm/{gamma,beta}` (the
+  norm *before* conv a/b/c), `block{s}/unit{uu}/{a,b,c}/standardized_conv2d/kernel`,
+  `block{s}/unit{uu}/a/proj/standardized_conv2d/kernel`, `group_norm/{gamma,beta}`, `head/conv2d/{kernel,bias}`
+  (a 1x1 conv (1, 1, C, K)).
+timm (`resnetv2_50x1_bit` etc., PyTorch layouts: conv (out, in, kh, kw)):
+  `stem.conv.weight`, `stages.{s-1}.blocks.{u-1}.{norm1,conv1,norm2,conv2,norm3,conv3}.*`,
+  `stages.{s-1}.blocks.{u-1}.downsample.conv.weight`, `norm.{weight,bias}`, `head.fc.{weight,bias}` (a 1x1 conv).
+
+The architecture (units per stage, width factor, classes) is read from the keys and shapes. The two sources differ
+in their epsilons (big_transfer: GroupNorm 1e-6, weight standardisation 1e-10; timm: 1e-5, 1e-8): a loaded model
+keeps its source's, so it computes the function it was trained as; our timm files record ours in their metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+from vit_jax.checkpoints.layouts import CheckpointMismatchError, check_against, flatten, save_npz, unflatten
+from vit_jax.models.bit_config import BIT_GN_EPS, BIT_WS_EPS, TIMM_GN_EPS, TIMM_WS_EPS, BiTConfig
+
+NPZ_PREFIX = "resnet/"
+# Our unit sub-paths -> (big_transfer, timm) names.
+_UNIT_NAMES = {
+    "gn1": ("a/group_norm", "norm1"), "conv1": ("a/standardized_conv2d", "conv1"),
+    "gn2": ("b/group_norm", "norm2"), "conv2": ("b/standardized_conv2d", "conv2"),
+    "gn3": ("c/group_norm", "norm3"), "conv3": ("c/standardized_conv2d", "conv3"),
+    "conv_proj": ("a/proj/standardized_conv2d", "downsample.conv"),
+}
+
+
+def is_bit_npz(flat: dict[str, Any]) -> bool:
+    return any(k.startswith(NPZ_PREFIX + "root_block/") or k.startswith("root_block/") for k in flat)
+
+
+def _layers_from(keys, pattern: str) -> tuple[int, ...]:
+    """Units per stage from keys matching `pattern` (groups: stage, unit), checked to be numbered without gaps."""
+    units: dict[int, set[int]] = {}
+    for k in keys:
+        if m := re.match(pattern, k):
+            units.setdefault(int(m[1]), set()).add(int(m[2]))
+    stages = sorted(units)
+    if not stages or stages != list(range(stages[0], stages[0] + len(stages))):
+        raise CheckpointMismatchError(f"BiT checkpoint stages are missing or not numbered consecutively: {stages}")
+    for s in stages:
+        if sorted(units[s]) != list(range(min(units[s]), min(units[s]) + len(units[s]))):
+            raise CheckpointMismatchError(f"BiT checkpoint stage {s} has units {sorted(units[s])} (a gap)")
+    return tuple(len(units[s]) for s in stages)
+
+
+def _config(layers, root_out: int, num_classes: int, image_size, **eps) -> BiTConfig:
+    if root_out % 64:
+        raise CheckpointMismatchError(f"BiT root convolution has {root_out} channels, not a multiple of 64")
+    return BiTConfig(layers=layers, width_factor=root_out // 64, num_classes=num_classes,
+                     image_size=_size(image_size), **eps)
+
+
+def _size(image_size) -> tuple[int, int]:
+    if image_size is None:
+        return (224, 224)  # BiT's parameters do not depend on it; the resolution the models are described at
+    return (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+
+
+def _unit_keys(cfg: BiTConfig):
+    """(our unit path, stage, unit) for every unit, and whether it has a projection."""
+    cin = cfg.width
+    for s, units in enumerate(cfg.layers, 1):
+        cout = 4 * cfg.width * 2 ** (s - 1)
+        for u in range(1, units + 1):
+            yield f"block{s}/unit{u}", s, u, (cin != cout or (u == 1 and s > 1))
+            cin = cout
+
+
+def expected_flat_shapes(cfg: BiTConfig) -> dict[str, Any]:
+    from vit_jax.models.build import build_model
+
+    return flatten(build_model(cfg).shapes)
+
+
+def _names(cfg: BiTConfig, layout: str) -> dict[str, str]:
+    """Our flat parameter names -> the "npz" (big_transfer, without `resnet/`) or "timm" names, for this model."""
+    npz = layout == "npz"
+    names = {"conv_root/kernel": "root_block/standardized_conv2d/kernel" if npz else "stem.conv.weight"}
+    norm_leaves = {"scale": "gamma", "bias": "beta"} if npz else {"scale": "weight", "bias": "bias"}
+    sep, kernel = ("/", "kernel") if npz else (".", "weight")
+    final_norm = "group_norm" if npz else "norm"
+    names.update({f"norm/{leaf}": f"{final_norm}{sep}{theirs}" for leaf, theirs in norm_leaves.items()})
+    if cfg.num_classes:
+        head = "head/conv2d" if npz else "head.fc"
+        names.update({"head/kernel": f"{head}{sep}{kernel}", "head/bias": f"{head}{sep}bias"})
+    for ours, s, u, proj in _unit_keys(cfg):
+        theirs = f"block{s}/unit{u:02d}" if npz else f"stages.{s - 1}.blocks.{u - 1}"
+        for sub, by_layout in _UNIT_NAMES.items():
+            if sub == "conv_proj" and not proj:
+                continue
+            name = by_layout[0 if npz else 1]
+            if sub.startswith("gn"):
+                names.update({f"{ours}/{sub}/{leaf}": f"{theirs}{sep}{name}{sep}{t}"
+                              for leaf, t in norm_leaves.items()})
+            else:
+                names[f"{ours}/{sub}/kernel"] = f"{theirs}{sep}{name}{sep}{kernel}"
+    return names
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# big_transfer .npz
+
+def from_bit_npz(raw: dict[str, np.ndarray], *, fallback_image_size=None) -> tuple[BiTConfig, dict[str, Any]]:
+    """big_transfer arrays (with or without the `resnet/` prefix) -> (BiTConfig, our nested params)."""
+    flat = {k[len(NPZ_PREFIX):] if k.startswith(NPZ_PREFIX) else k: v for k, v in raw.items()}
+    layers = _layers_from(flat, r"block(\d+)/unit(\d+)/")
+    head = flat.get("head/conv2d/kernel")
+    cfg = _config(layers, flat["root_block/standardized_conv2d/kernel"].shape[-1],
+                  0 if head is None else head.shape[-1], fallback_image_size, gn_eps=BIT_GN_EPS, ws_eps=BIT_WS_EPS)
+    names = _names(cfg, "npz")
+    missing = sorted(theirs for theirs in names.values() if theirs not in flat)
+    unexpected = sorted(set(flat) - set(names.values()))
+    if missing or unexpected:
+        raise CheckpointMismatchError(f"BiT .npz vs {cfg.name}: missing {missing[:8]}, unexpected {unexpected[:8]}")
+    ours = {k: np.asarray(flat[theirs]) for k, theirs in names.items()}
+    if "head/kernel" in ours:
+        ours["head/kernel"] = ours["head/kernel"].reshape(ours["head/kernel"].shape[-2:])
+    check_against(ours, expected_flat_shapes(cfg), f"BiT .npz vs {cfg.name}")
+    return cfg, unflatten(ours)
+
+
+def save_bit_npz(path: str, params: dict[str, Any], cfg: BiTConfig) -> None:
+    """Writes the big_transfer layout (`resnet/...`), which big_transfer and timm's npz loader read."""
+    flat = {k: np.asarray(v) for k, v in flatten(params).items()}
+    check_against(flat, expected_flat_shapes(cfg), f"parameters vs {cfg.name}")
+    out = {NPZ_PREFIX + theirs: flat[ours] for ours, theirs in _names(cfg, "npz").items()}
+    if cfg.num_classes:
+        out[NPZ_PREFIX + "head/conv2d/kernel"] = flat["head/kernel"][None, None]
+    save_npz(path, out)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# timm state dicts
+
+def from_bit_timm(sd: dict[str, np.ndarray], meta: dict[str, Any] | None = None, *,
+                  fallback_image_size=None) -> tuple[BiTConfig, dict[str, Any]]:
+    """timm `resnetv2_*_bit` state dict -> (BiTConfig, our nested params). `meta`: our export's recorded config."""
+    layers = _layers_from(sd, r"stages\.(\d+)\.blocks\.(\d+)\.")
+    head = sd.get("head.fc.weight")
+    meta = dict(meta or {})
+    image_size = meta.pop("image_size", None) or fallback_image_size
+    eps = {k: meta[k] for k in ("gn_eps", "ws_eps") if k in meta} or dict(gn_eps=TIMM_GN_EPS, ws_eps=TIMM_WS_EPS)
+    cfg = _config(layers, sd["stem.conv.weight"].shape[0], 0 if head is None else head.shape[0], image_size, **eps)
+    names = _names(cfg, "timm")
+    missing = sorted(theirs for theirs in names.values() if theirs not in sd)
+    unexpected = sorted(set(sd) - set(names.values()))
+    if missing or unexpected:
+        raise CheckpointMismatchError(f"timm state dict vs {cfg.name}: missing {missing[:8]}, "
+                                      f"unexpected {unexpected[:8]}")
+    ours = {}
+    for k, theirs in names.items():
+        v = np.asarray(sd[theirs])
+        if v.ndim == 4:
+            v = v.transpose(2, 3, 1, 0)  # (out, in, kh, kw) -> (kh, kw, in, out)
+            if k == "head/kernel":
+                v = v[0, 0]
+        ours[k] = np.ascontiguousarray(v)
+    check_against(ours, expected_flat_shapes(cfg), f"timm state dict vs {cfg.name}")
+    return cfg, unflatten(ours)
+
+
+def to_bit_timm(params: dict[str, Any], cfg: BiTConfig) -> dict[str, np.ndarray]:
+    flat = {k: np.asarray(v) for k, v in flatten(params).items()}
+    check_against(flat, expected_flat_shapes(cfg), f"parameters vs {cfg.name}")
+    out = {}
+    for ours, theirs in _names(cfg, "timm").items():
+        v = flat[ours]
+        if ours == "head/kernel":
+            v = v[None, None]
+        out[theirs] = np.ascontiguousarray(v.transpose(3, 2, 0, 1) if v.ndim == 4 else v)
+    return out
+
+
+def timm_bit_kwargs(cfg: BiTConfig) -> dict[str, Any]:
+    """`ResNetV2(**kwargs)` arguments of the timm model these weights fit (with timm's BiT stem and std-conv)."""
+    return dict(layers=list(cfg.layers), width_factor=cfg.width_factor, num_classes=cfg.num_classes,
+                stem_type="fixed", channels=[256 * 2 ** i for i in range(len(cfg.layers))])
+
+
+def save_bit_timm(path: str, params: dict[str, Any], cfg: BiTConfig) -> None:
+    from safetensors.numpy import save_file
+
+    meta = {"format": "pt", "timm_bit_kwargs": json.dumps(timm_bit_kwargs(cfg)),
+            "vit_jax_bit_config": json.dumps({"variant_name": cfg.name, "image_size": list(cfg.image_size),
+                                              "gn_eps": cfg.gn_eps, "ws_eps": cfg.ws_eps})}
+    save_file(to_bit_timm(params, cfg), path, metadata=meta)
+
+
+def bit_meta(meta: dict[str, str]) -> dict[str, Any] | None:
+    """Our recorded BiT config from a safetensors file's metadata (None for timm's own files)."""
+    if "vit_jax_bit_config" not in meta:
+        return None
+    recorded = json.loads(meta["vit_jax_bit_config"])
+    recorded.pop("variant_name", None)
+    return recorded
+
+
+def is_bit_timm_file(path: str) -> bool:
+    """Whether a .safetensors file holds a timm ResNetV2 (reads the header only)."""
+    from safetensors import safe_open
+
+    with safe_open(path, "np") as f:
+        return "stem.conv.weight" in f.keys()
+
+
+def load_bit_timm(path: str, *, fallback_image_size=None) -> tuple[BiTConfig, dict[str, Any]]:
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    with safe_open(path, "np") as f:
+        meta = f.metadata() or {}
+    return from_bit_timm(load_file(path), bit_meta(meta), fallback_image_size=fallback_image_size)
