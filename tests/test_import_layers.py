@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("train",),
     ("sweep", "bench"),
     ("report",),
-    ("commands", "main", "predict", "cli"),
+    ("commands", "main", "cli"),
 ]
 
 

@@ -16,7 +16,7 @@ from vit_jax.checkpoints.training import RunCheckpointer, model_meta
 from vit_jax.data import pp as pp_lib
 from vit_jax.models import vit_config
 from vit_jax.models.vit import FunctionalViT
-from vit_jax.predict import predict
+from vit_jax.eval.inference import predict
 from vit_jax.train.step import init_state
 
 # What the trainer records as pp_eval; the label op cannot apply to bare image files and must be left out.

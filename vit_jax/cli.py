@@ -12,8 +12,8 @@ import sys
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("vit_jax.main", "train / fine-tune / evaluate from a config (same as python -m vit_jax.main)"),
-    "convert": ("vit_jax.checkpoints.convert", "convert a checkpoint between official, big_vision and timm layouts"),
-    "predict": ("vit_jax.predict", "run a checkpoint on images and write logits"),
+    "convert": ("vit_jax.commands.convert", "convert a checkpoint between official, big_vision and timm layouts"),
+    "predict": ("vit_jax.commands.predict", "run a checkpoint on images and write logits"),
     "prepare-data": ("vit_jax.commands.prepare_data", "prepare a dataset (digits, imagenet21k, image folders, TFDS) on disk"),
     "bench": ("vit_jax.bench", "benchmarks: bench data | train | eval"),
     "plan": ("vit_jax.bench.plan", "compile the train step for a TPU slice / GPUs here: memory, roofline, collectives"),

@@ -15,7 +15,7 @@ from vit_jax.checkpoints.surgery import adapt_params, resize_posemb
 from vit_jax.checkpoints.timm import load_timm, save_timm, to_timm
 from vit_jax.models import vit_config
 from vit_jax.models.vit import FunctionalViT
-from vit_jax.predict import predict
+from vit_jax.eval.inference import predict
 
 
 def _golden(name):

@@ -6,9 +6,10 @@ The config's type names the model family (ViTConfig or BiTConfig); `vit_jax.mode
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
-from vit_jax.checkpoints.layouts import CheckpointReadError
+from vit_jax.checkpoints.layouts import CheckpointReadError, ImageSizeRequiredError
 from vit_jax.errors import one_line
 from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.config import ViTConfig
@@ -59,3 +60,26 @@ def check_exists(path: str) -> None:
     if not epath.Path(path).exists():
         raise CheckpointReadError(f"checkpoint {path} does not exist (give an official .npz, a timm .safetensors, "
                                   "or a training run directory)")
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """`384` or `384x512` (height x width) -> (h, w)."""
+    h, _, w = text.lower().partition("x")
+    return int(h), int(w or h)
+
+
+def load_with_size(path: str, image_size: tuple[int, int] | None, flag: str, *, must_match: bool = True):
+    """load_any, with `image_size` used where the checkpoint does not record its resolution.
+
+    Returns (cfg, params), or None after printing a one-line error naming `flag`: the size is needed and missing, or
+    (with `must_match`, for a size the user typed) it contradicts the resolution the checkpoint records."""
+    try:
+        cfg, params = load_any(path, fallback_image_size=image_size)
+    except ImageSizeRequiredError as e:
+        print(f"error: {path}: {e.reason}; pass {flag} (e.g. 224 or 384x512)", file=sys.stderr)
+        return None
+    if must_match and image_size and tuple(cfg.image_size) != tuple(image_size):
+        print(f"error: {path} records image size {cfg.image_size[0]}x{cfg.image_size[1]}, not {flag} "
+              f"{image_size[0]}x{image_size[1]}; {flag} is only for checkpoints that do not record it", file=sys.stderr)
+        return None
+    return cfg, params

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from vit_jax import runtime
 
     runtime.prepare_inference_process()
-    from vit_jax.checkpoints.convert import describe
+    from vit_jax.models.build import describe
     from vit_jax.checkpoints.loading import load_any
     from vit_jax.data import pipeline
     from vit_jax.eval.classification import evaluate

@@ -11,6 +11,8 @@ import dataclasses
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from vit_jax.eval.steps import features_step, make_eval_step
@@ -55,3 +57,44 @@ def build_inference(cfg: ModelConfig, params: Any, mesh: Mesh | None = None) -> 
     param_sh = mesh_lib.tree_shardings(model.logical_axes, model.shapes, mesh)
     return InferenceProgram(cfg=cfg, model=model, mesh=mesh, param_sh=param_sh,
                             batch_sh=mesh_lib.batch_sharding(mesh), params=jax.device_put(params, param_sh))
+
+
+FEATURES = ("logits", "dense", "tokens")
+
+
+def predict(params, cfg, images: np.ndarray, batch_size: int = 64, features: str = "logits") -> np.ndarray:
+    """The model's output on NHWC images: logits, or for a dense backbone its `dense` or `tokens` feature map."""
+    if images.ndim != 4 or images.shape[-1] != 3:
+        raise ValueError(f"images must be (N, H, W, 3), got {images.shape}")
+    if features not in FEATURES:
+        raise ValueError(f"features={features!r} is not one of {FEATURES}")
+    if (features == "logits") == cfg.dense:
+        raise ValueError(features_mismatch(cfg))
+    model = build_model(cfg)
+    # One program for both dense maps (the neck is cheap next to the encoder): `dense` and `tokens` runs of the same
+    # model then share one compilation (the persistent cache keys on the program).
+    jitted = jax.jit(lambda p, x: _outputs(model.apply(p, x), cfg.dense))
+
+    def fn(p, x):
+        return jitted(p, x)[1 if features == "tokens" else 0]
+    params = jax.tree.map(jnp.asarray, params)
+    out = []
+    for i in range(0, len(images), batch_size):
+        chunk = images[i:i + batch_size]
+        n = len(chunk)
+        if n < batch_size and len(images) > batch_size:  # pad the tail: one compiled shape
+            chunk = np.concatenate([chunk, np.zeros((batch_size - n, *chunk.shape[1:]), chunk.dtype)])
+        out.append(np.asarray(fn(params, jnp.asarray(chunk)))[:n])
+    return np.concatenate(out)
+
+
+def _outputs(result, dense: bool):
+    out, aux = result
+    return (out, aux["tokens"].astype(jnp.float32)) if dense else (out,)
+
+
+def features_mismatch(cfg) -> str:
+    """Why `features` does not fit this model (a classifier has logits; a dense backbone has feature maps)."""
+    if cfg.dense:
+        return f"{cfg.name} is a dense backbone without classes: use --features dense or tokens (no --top-k)"
+    return f"{cfg.name} is a classifier: use --features logits (dense and tokens need a dense backbone)"

@@ -23,3 +23,22 @@ def build_model(cfg: ModelConfig) -> FunctionalViT:
     except KeyError:
         raise TypeError(f"no model family for config type {type(cfg).__name__}") from None
     return FunctionalViT(cfg, module)
+
+
+def describe(cfg: ModelConfig) -> str:
+    """One line naming a model and the settings that tell models apart (printed by the commands that load one)."""
+    if isinstance(cfg, BiTConfig):
+        return (f"{cfg.name} (units {cfg.layers}, width factor {cfg.width_factor}, classes={cfg.num_classes}, "
+                f"image={cfg.image_size[0]}x{cfg.image_size[1]})")
+    extra = [f"pool={cfg.pool}", f"posemb={cfg.posemb}", f"classes={cfg.num_classes}",
+             f"image={cfg.image_size[0]}x{cfg.image_size[1]}"]
+    if cfg.rep_size:
+        extra.append(f"pre-logits={cfg.rep_size}")
+    if cfg.resnet_layers:
+        extra.append(f"resnet={cfg.resnet_layers}x{cfg.resnet_width}")
+    if cfg.window_size:
+        extra.append(f"window={cfg.window_size} global_blocks={cfg.global_blocks}")
+    extra += [name for name, on in (("rel_pos", cfg.rel_pos), ("dense", cfg.dense),
+                                    (f"neck={cfg.neck_dim}", cfg.neck_dim)) if on]
+    return (f"{cfg.name} (width {cfg.width}, depth {cfg.depth}, heads {cfg.num_heads}, mlp {cfg.mlp_dim}, "
+            f"patch {cfg.patch_size[0]}x{cfg.patch_size[1]}, {', '.join(extra)})")

@@ -15,36 +15,13 @@ import jax
 import numpy as np
 
 from vit_jax import cli_args
-from vit_jax.checkpoints.layouts import LAYOUTS, ImageSizeRequiredError
-from vit_jax.checkpoints.loading import load_any
+from vit_jax.checkpoints.layouts import LAYOUTS
+from vit_jax.checkpoints.loading import load_with_size, parse_size
 from vit_jax.checkpoints.npz import save_npz_params
 from vit_jax.checkpoints.surgery import RESIZE_METHODS, adapt_params
 from vit_jax.checkpoints.timm import save_timm
 from vit_jax.models.bit_config import BiTConfig
-from vit_jax.models.build import build_model
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    """`384` or `384x512` (height x width) -> (h, w)."""
-    h, _, w = text.lower().partition("x")
-    return int(h), int(w or h)
-
-
-def load_with_size(path: str, image_size: tuple[int, int] | None, flag: str, *, must_match: bool = True):
-    """load_any, with `image_size` used where the checkpoint does not record its resolution.
-
-    Returns (cfg, params), or None after printing a one-line error naming `flag`: the size is needed and missing, or
-    (with `must_match`, for a size the user typed) it contradicts the resolution the checkpoint records."""
-    try:
-        cfg, params = load_any(path, fallback_image_size=image_size)
-    except ImageSizeRequiredError as e:
-        print(f"error: {path}: {e.reason}; pass {flag} (e.g. 224 or 384x512)", file=sys.stderr)
-        return None
-    if must_match and image_size and tuple(cfg.image_size) != tuple(image_size):
-        print(f"error: {path} records image size {cfg.image_size[0]}x{cfg.image_size[1]}, not {flag} "
-              f"{image_size[0]}x{image_size[1]}; {flag} is only for checkpoints that do not record it", file=sys.stderr)
-        return None
-    return cfg, params
+from vit_jax.models.build import build_model, describe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,21 +93,3 @@ def convert_bit(args: argparse.Namespace, cfg: BiTConfig, params) -> int:
     (save_bit_timm if args.to == "timm" else save_bit_npz)(args.dst, params, cfg)
     print(f"wrote {args.dst} ({'timm' if args.to == 'timm' else 'big_transfer'} layout): {describe(cfg)}")
     return 0
-
-
-def describe(cfg) -> str:
-    if isinstance(cfg, BiTConfig):
-        return (f"{cfg.name} (units {cfg.layers}, width factor {cfg.width_factor}, classes={cfg.num_classes}, "
-                f"image={cfg.image_size[0]}x{cfg.image_size[1]})")
-    extra = [f"pool={cfg.pool}", f"posemb={cfg.posemb}", f"classes={cfg.num_classes}",
-             f"image={cfg.image_size[0]}x{cfg.image_size[1]}"]
-    if cfg.rep_size:
-        extra.append(f"pre-logits={cfg.rep_size}")
-    if cfg.resnet_layers:
-        extra.append(f"resnet={cfg.resnet_layers}x{cfg.resnet_width}")
-    if cfg.window_size:
-        extra.append(f"window={cfg.window_size} global_blocks={cfg.global_blocks}")
-    extra += [name for name, on in (("rel_pos", cfg.rel_pos), ("dense", cfg.dense),
-                                    (f"neck={cfg.neck_dim}", cfg.neck_dim)) if on]
-    return (f"{cfg.name} (width {cfg.width}, depth {cfg.depth}, heads {cfg.num_heads}, mlp {cfg.mlp_dim}, "
-            f"patch {cfg.patch_size[0]}x{cfg.patch_size[1]}, {', '.join(extra)})")

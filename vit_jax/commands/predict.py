@@ -22,14 +22,13 @@ import json
 import os
 import sys
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from vit_jax import cli_args
-from vit_jax.checkpoints.convert import describe, load_with_size, parse_size
+from vit_jax.checkpoints.loading import load_with_size, parse_size
 from vit_jax.data.image_files import default_eval_pp, read_image_folder
-from vit_jax.models.build import build_model
+from vit_jax.eval.inference import FEATURES, features_mismatch, predict
+from vit_jax.models.build import describe
 
 def load_image_array(path: str) -> np.ndarray:
     if path.endswith(".npz"):
@@ -38,35 +37,6 @@ def load_image_array(path: str) -> np.ndarray:
                 raise KeyError(f"{path} has no 'images' array (keys: {z.files})")
             return np.asarray(z["images"], np.float32)
     return np.asarray(np.load(path, allow_pickle=False), np.float32)
-
-
-FEATURES = ("logits", "dense", "tokens")
-
-
-def predict(params, cfg, images: np.ndarray, batch_size: int = 64, features: str = "logits") -> np.ndarray:
-    """The model's output on NHWC images: logits, or for a dense backbone its `dense` or `tokens` feature map."""
-    if images.ndim != 4 or images.shape[-1] != 3:
-        raise ValueError(f"images must be (N, H, W, 3), got {images.shape}")
-    if features not in FEATURES:
-        raise ValueError(f"features={features!r} is not one of {FEATURES}")
-    if (features == "logits") == cfg.dense:
-        raise ValueError(_features_mismatch(cfg))
-    model = build_model(cfg)
-    # One program for both dense maps (the neck is cheap next to the encoder): `dense` and `tokens` runs of the same
-    # model then share one compilation (the persistent cache keys on the program).
-    jitted = jax.jit(lambda p, x: _outputs(model.apply(p, x), cfg.dense))
-
-    def fn(p, x):
-        return jitted(p, x)[1 if features == "tokens" else 0]
-    params = jax.tree.map(jnp.asarray, params)
-    out = []
-    for i in range(0, len(images), batch_size):
-        chunk = images[i:i + batch_size]
-        n = len(chunk)
-        if n < batch_size and len(images) > batch_size:  # pad the tail: one compiled shape
-            chunk = np.concatenate([chunk, np.zeros((batch_size - n, *chunk.shape[1:]), chunk.dtype)])
-        out.append(np.asarray(fn(params, jnp.asarray(chunk)))[:n])
-    return np.concatenate(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     features = args.features or ("dense" if cfg.dense else "logits")
     if (features == "logits") == cfg.dense or (args.top_k and features != "logits"):
-        print(f"error: --features {features}{' with --top-k' if args.top_k else ''}: {_features_mismatch(cfg)}",
+        print(f"error: --features {features}{' with --top-k' if args.top_k else ''}: {features_mismatch(cfg)}",
               file=sys.stderr)
         return 2
     logits = predict(params, cfg, images, args.batch_size, features)
@@ -125,17 +95,6 @@ def main(argv: list[str] | None = None) -> int:
             top = np.argsort(-row)[:args.top_k]
             print(f"{name}: " + ", ".join(f"{c} ({row[c]:.3f})" for c in top))
     return 0
-
-
-def _outputs(result, dense: bool):
-    out, aux = result
-    return (out, aux["tokens"].astype(jnp.float32)) if dense else (out,)
-
-
-def _features_mismatch(cfg) -> str:
-    if cfg.dense:
-        return f"{cfg.name} is a dense backbone without classes: use --features dense or tokens (no --top-k)"
-    return f"{cfg.name} is a classifier: use --features logits (dense and tokens need a dense backbone)"
 
 
 def _recorded_eval_pp(path: str) -> str | None:
