@@ -70,14 +70,16 @@ def predict(params, cfg, images: np.ndarray, batch_size: int = 64, features: str
         raise ValueError(f"features={features!r} is not one of {FEATURES}")
     if (features == "logits") == cfg.dense:
         raise ValueError(features_mismatch(cfg))
-    model = build_model(cfg)
+    # One device: any batch size, and the chunks are small.
+    program = build_inference(cfg, params, mesh_lib.make_mesh(devices=jax.devices()[:1]))
+    model = program.model
     # One program for both dense maps (the neck is cheap next to the encoder): `dense` and `tokens` runs of the same
     # model then share one compilation (the persistent cache keys on the program).
-    jitted = jax.jit(lambda p, x: _outputs(model.apply(p, x), cfg.dense))
+    jitted = program.jit(lambda p, x: _outputs(model.apply(p, x), cfg.dense))
 
     def fn(p, x):
         return jitted(p, x)[1 if features == "tokens" else 0]
-    params = jax.tree.map(jnp.asarray, params)
+    params = program.params
     out = []
     for i in range(0, len(images), batch_size):
         chunk = images[i:i + batch_size]
