@@ -9,7 +9,7 @@ Appends `--config.distributed.coordinator=127.0.0.1:PORT --config.distributed.nu
 and exits 0; a second signal kills them). When a process fails, the others stop by themselves within about
 `distributed.heartbeat_timeout_s` (see vit_jax/parallel/watchdog.py); any still running after `--grace` seconds are
 killed. Exit status: 0 when every process exited 0, otherwise the root cause's (128+N for signal N): the first
-failure that is not a survivor's lost-peer exit 75.
+failure that is not a survivor's lost-peer exit 75 or SIGABRT.
 
 Standard library only, so it runs under any python3. A relative --workdir is made absolute (Orbax refuses relative
 paths in multi-process jobs).
@@ -183,9 +183,12 @@ class LocalJob:
 def root_cause(failures: list[tuple[float, int, int]]) -> tuple[float, int, int]:
     """The failure that stopped the job, from (time, process, code) of every non-zero exit: the earliest one that
     is not a survivor's LOST_PEER_EXIT_CODE (a process that exits 75 saw another one fail first, whatever the order
-    its exit was noticed in on a loaded machine); the earliest of all if every process exited 75."""
-    causes = sorted(f for f in failures if f[2] != LOST_PEER_EXIT_CODE)
-    return causes[0] if causes else min(failures)
+    its exit was noticed in on a loaded machine) nor a SIGABRT (how JAX's coordination service and Gloo end a
+    survivor whose peer vanished mid-collective); else the earliest abort; the earliest of all if every process
+    exited 75."""
+    def rank(f: tuple[float, int, int]) -> tuple[int, float]:
+        return (f[2] == LOST_PEER_EXIT_CODE) * 2 + (f[2] in (-signal.SIGABRT, 128 + signal.SIGABRT)), f[0]
+    return min(failures, key=rank)
 
 
 def run(command: Sequence[str], num_processes: int, **kw) -> int:

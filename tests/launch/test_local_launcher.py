@@ -69,3 +69,6 @@ def test_the_root_cause_is_the_first_failure_that_is_not_a_survivors_lost_peer_e
     assert local.root_cause([(10.0, 1, -9), (12.0, 0, lost)]) == (10.0, 1, -9)  # a SIGKILLed process
     assert local.root_cause([(9.0, 2, 3), (10.0, 1, 1)]) == (9.0, 2, 3)  # otherwise by time
     assert local.root_cause([(11.0, 1, lost), (10.0, 0, lost)]) == (10.0, 0, lost)  # only survivors: the first
+    # Gloo aborts a survivor whose peer vanished mid-collective (seen in CI): the kill is the cause, even timed later.
+    assert local.root_cause([(10.0, 0, -6), (10.01, 1, -9)]) == (10.01, 1, -9)
+    assert local.root_cause([(10.0, 1, lost), (10.5, 0, -6)]) == (10.5, 0, -6)  # an abort outranks a survivor

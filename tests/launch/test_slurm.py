@@ -81,6 +81,7 @@ FAKE_SRUN = """#!/bin/bash
 # Like srun: runs the command once per rank (SLURM_PROCID set) and exits with the highest exit status, 128+N for a
 # rank killed by signal N. FAKE_CODES says what each rank's trainer does: exit with a code, 'kill' (SIGKILLed, as by
 # the OOM killer: its task survives to record 137), 'gone' (never reports: its node died, or srun killed the task), or
+# 'abort' (SIGABRT, as Gloo or JAX's coordination service end a survivor whose peer vanished),
 # 'raise' (its watchdog records 1, then srun kills the task while the peers read the error: the real order).
 printf '%s\\n' "$@" > "$FAKE_LOG/srun.args"
 if [ -n "${FAKE_SRUN_FAILS:-}" ]; then echo "srun: error: Unable to create step" >&2; exit 1; fi
@@ -96,6 +97,7 @@ exit "$rc"
 FAKE_TRAINER = """#!/bin/bash
 # One rank's trainer: exits as FAKE_WHAT says.
 if [ "$FAKE_WHAT" = kill ]; then kill -9 $$; fi
+if [ "$FAKE_WHAT" = abort ]; then kill -6 $$; fi
 if [ "$FAKE_WHAT" = raise ]; then echo 1 > "$VIT_JAX_EXIT_FILE"; kill -9 $PPID $$; fi
 exit "$FAKE_WHAT"
 """
@@ -164,6 +166,10 @@ def test_a_rank_that_failed_ends_the_job_whatever_srun_returns(run_script, tmp_p
     ("75 75 gone 75", "rank 2 left no exit status (its node was lost, or srun ended it)"),  # node 2 went down
     # rank 2's node went down; srun ended rank 0's task with SIGTERM before its trainer could handle it
     ("143 75 gone 75", "rank 2 left no exit status (its node was lost, or srun ended it)"),
+    # rank 1 killed mid-collective; Gloo aborted rank 0 (seen on the real cluster): the kill is the cause
+    ("abort kill 75 75", "rank 1 was killed by SIGKILL (exit 137)"),
+    # an XLA check failure aborts rank 0; srun ends the others without a status
+    ("abort gone gone gone", "rank 0 was killed by SIGABRT (exit 134)"),
 ])
 def test_a_lost_node_or_killed_rank_among_four_is_requeued(run_script, codes, cause):
     """A node that goes down (no status at all from its ranks) cannot happen on a one-node cluster."""

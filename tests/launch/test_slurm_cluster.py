@@ -230,8 +230,9 @@ def test_a_killed_task_is_requeued_at_most_max_restarts_times_then_the_job_fails
                                  "after lost processes used up)")
     first, second = attempt_log(job, 0), attempt_log(job, 1)
     for log in (first, second):
-        # Rank 0 was stopped because of it: by its watchdog (75), or killed by srun first (no status).
-        assert re.search(r"exit status by rank: 0:(75|none) 1:137$", log, re.M), log
+        # Rank 0 was stopped because of it: by its watchdog (75), by Gloo's abort when the peer vanished mid-collective
+        # (134, seen in CI on a loaded machine), or killed by srun first (no status).
+        assert re.search(r"exit status by rank: 0:(75|134|none) 1:137$", log, re.M), log
     assert (f"[slurm] a process was lost (root cause: {cause}): requeueing to resume from the last checkpoint "
             "(restart 1/1)") in first
     assert re.search(r"^0: resumed from .*/checkpoints/\d+ \(step \d+\)", second, re.M), second
