@@ -72,27 +72,28 @@ def predict(params, cfg, images: np.ndarray, batch_size: int = 64, features: str
         raise ValueError(features_mismatch(cfg))
     # One device: any batch size, and the chunks are small.
     program = build_inference(cfg, params, mesh_lib.make_mesh(devices=jax.devices()[:1]))
-    model = program.model
-    # One program for both dense maps (the neck is cheap next to the encoder): `dense` and `tokens` runs of the same
-    # model then share one compilation (the persistent cache keys on the program).
-    jitted = program.jit(lambda p, x: _outputs(model.apply(p, x), cfg.dense))
+    if cfg.dense:
+        model = program.model
 
-    def fn(p, x):
-        return jitted(p, x)[1 if features == "tokens" else 0]
-    params = program.params
+        def both_maps(p, x):  # the neck's map and the encoder's tokens
+            out, aux = model.apply(p, x)
+            return out, aux["tokens"].astype(jnp.float32)
+        # One program for both maps (the neck is cheap next to the encoder): `dense` and `tokens` runs of the same
+        # model then share one compilation (the persistent cache keys on the program).
+        maps, index = program.jit(both_maps), (1 if features == "tokens" else 0)
+
+        def fn(p, x):
+            return maps(p, x)[index]
+    else:
+        fn = program.logits()
     out = []
     for i in range(0, len(images), batch_size):
         chunk = images[i:i + batch_size]
         n = len(chunk)
         if n < batch_size and len(images) > batch_size:  # pad the tail: one compiled shape
             chunk = np.concatenate([chunk, np.zeros((batch_size - n, *chunk.shape[1:]), chunk.dtype)])
-        out.append(np.asarray(fn(params, jnp.asarray(chunk)))[:n])
+        out.append(np.asarray(fn(program.params, chunk))[:n])  # numpy in: placed once, by the jit's sharding
     return np.concatenate(out)
-
-
-def _outputs(result, dense: bool):
-    out, aux = result
-    return (out, aux["tokens"].astype(jnp.float32)) if dense else (out,)
 
 
 def features_mismatch(cfg) -> str:
