@@ -80,8 +80,16 @@ def test_predict_image_size_for_checkpoints_that_do_not_record_it(tmp_path, caps
     np.save(tmp_path / "images.npy", images)
     assert cli.main([*base, "--images", str(tmp_path / "images.npy")]) == 0
     np.testing.assert_allclose(np.load(out), predict(params, cfg, images), rtol=0, atol=1e-6)
-    # A size that contradicts the one the checkpoint records is an error, not silently ignored.
+    # The same array in a .npz under `images`; any other key is one line naming what the file holds.
+    np.savez(tmp_path / "images.npz", images=images)
+    assert cli.main([*base, "--images", str(tmp_path / "images.npz")]) == 0
+    np.testing.assert_allclose(np.load(out), predict(params, cfg, images), rtol=0, atol=1e-6)
     capsys.readouterr()
+    np.savez(tmp_path / "pictures.npz", pictures=images)
+    assert cli.main([*base, "--images", str(tmp_path / "pictures.npz")]) == 2
+    assert capsys.readouterr().err.strip().endswith("has no 'images' array (keys: pictures); save it as "
+                                                    "np.savez(path, images=...)")
+    # A size that contradicts the one the checkpoint records is an error, not silently ignored.
     assert cli.main(["predict", "--checkpoint", str(GOLDEN / "tiny_token.npz"), "--images", str(folder),
                      "--output", str(out), "--image-size", "48"]) == 2
     assert "records image size 32x32" in capsys.readouterr().err

@@ -26,18 +26,9 @@ import numpy as np
 
 from vit_jax import cli_args
 from vit_jax.checkpoints.loading import load_with_size, parse_size
-from vit_jax.data.image_files import default_eval_pp, read_image_folder
+from vit_jax.data.image_files import default_eval_pp, read_image_array, read_image_folder
 from vit_jax.eval.inference import FEATURES, features_mismatch, predict
 from vit_jax.models.build import describe
-
-def load_image_array(path: str) -> np.ndarray:
-    if path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as z:
-            if "images" not in z.files:
-                raise KeyError(f"{path} has no 'images' array (keys: {z.files})")
-            return np.asarray(z["images"], np.float32)
-    return np.asarray(np.load(path, allow_pickle=False), np.float32)
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = cli_args.ArgumentParser(prog="vit-jax predict", description=__doc__,
@@ -55,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                          ".npy/.npz images: their own size)")
     args = ap.parse_args(argv)
 
-    images = None if os.path.isdir(args.images) else load_image_array(args.images)
+    images = None if os.path.isdir(args.images) else np.asarray(read_image_array(args.images), np.float32)
     size = args.image_size
     if size is None and images is not None and images.ndim == 4:
         size = tuple(images.shape[1:3])  # a mismatch with a recorded size is reported below, as before

@@ -1,4 +1,5 @@
-"""A folder of image files as one model-ready batch: what `vit-jax predict` and `vit-jax analyze` read.
+"""A folder of image files as one model-ready batch, or an array file of images: what `vit-jax predict` and
+`vit-jax analyze` read.
 
 Every file goes through the same decoding as training (data/decode.py: robust, pixel budget, 16-bit rescaled) and
 an op string (the checkpoint's evaluation preprocessing). A file that cannot be read or decoded is skipped, with its
@@ -21,6 +22,22 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".
 
 class UnreadableImageError(UserError, ValueError):
     """--strict: an image file could not be read or decoded."""
+
+
+class ImageArrayError(UserError, ValueError):
+    """An image array file without the expected `images` entry."""
+
+
+def read_image_array(path: str, max_images: int | None = None) -> np.ndarray:
+    """The images of a .npy array or of the `images` entry of a .npz file, as stored (no pickles; .npy memory-mapped,
+    so only the first `max_images` are read)."""
+    if path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as z:
+            if "images" not in z.files:
+                raise ImageArrayError(f"{path} has no 'images' array (keys: {', '.join(z.files)}); save it as "
+                                      "np.savez(path, images=...)")
+            return z["images"][:max_images]
+    return np.load(path, mmap_mode="r", allow_pickle=False)[:max_images]
 
 
 @dataclasses.dataclass

@@ -43,16 +43,10 @@ def to_model_range(images: np.ndarray, image_size: tuple[int, int]) -> np.ndarra
 
 
 def images_from_array_file(path: str, image_size: tuple[int, int], max_images: int) -> np.ndarray:
-    """Images from a .npy array or the `images` entry of a .npz file."""
-    if path.endswith(".npz"):
-        with np.load(path) as f:
-            if "images" not in f:
-                raise ValueError(f"{path} has no 'images' array (keys: {', '.join(f.files)}); save it as "
-                                 "np.savez(path, images=...)")
-            x = f["images"][:max_images]
-    else:
-        x = np.load(path, mmap_mode="r")[:max_images]
-    return to_model_range(x, image_size)
+    """Images from a .npy array or the `images` entry of a .npz file, in the model's range."""
+    from vit_jax.data.image_files import read_image_array
+
+    return to_model_range(read_image_array(path, max_images), image_size)
 
 
 def images_from_folder(path: str, image_size: tuple[int, int], max_images: int) -> np.ndarray:
