@@ -65,14 +65,6 @@ def example_rng(seed: int, position: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(position), _AUG_STREAM])
 
 
-def process_rows(global_batch_size: int, process_index: int, process_count: int) -> tuple[int, int]:
-    """Rows [lo, hi) of the global batch for a process when rows are split evenly in process order."""
-    if global_batch_size % process_count:
-        raise ValueError(f"global batch size {global_batch_size} is not divisible by {process_count} processes")
-    per = global_batch_size // process_count
-    return process_index * per, (process_index + 1) * per
-
-
 def sharding_rows(sharding, global_batch_size: int) -> tuple[int, int]:
     """Rows [lo, hi) of the global batch that this process's devices hold under `sharding`.
 

@@ -252,17 +252,6 @@ class BatchPlan:
         return positions % self.num_records, positions, mask
 
 
-def load_local_batch(loader: _Loader, plan: BatchPlan, step: int, lo: int, hi: int) -> dict[str, np.ndarray]:
-    """The process-local numpy batch (rows [lo, hi)) at `step`, loaded synchronously."""
-    records, positions, mask = plan.rows(step, lo, hi)
-    rows = _Rows(len(records))
-    loader.load_rows(rows, records, positions, 0, len(records), mask)
-    batch = rows.arrays
-    if mask is not None:
-        batch["_mask"] = mask
-    return batch
-
-
 class BatchIterator:
     """Prefetching iterator of global batches over steps [start, end) (end=None: forever in training, one pass in
     eval). A dataset in a bucket is streamed (stream_plan.py); `stream` holds its window and read-ahead."""
@@ -420,12 +409,6 @@ def train_iterator(ds: Dataset, split: str = "train", pp: str = "decode|value_ra
     if state is not None:
         it.set_state(state)
     return it
-
-
-def num_eval_batches(ds: Dataset, split: str, global_batch_size: int) -> int:
-    """Batches in one eval pass of local data: ceil(split size / global batch size). (A bucket stream pads every
-    process's share to the longest one: `len(eval_iterator(...))`.)"""
-    return math.ceil(ds.num_examples(split) / global_batch_size)
 
 
 def eval_iterator(ds: Dataset, split: str = "test", pp: str = "decode|value_range(-1,1)", *,
