@@ -74,3 +74,19 @@ def test_compile_only_reports_compile_time_and_memory_without_running(tmp_path):
     assert r["compile_only"] and r["compile"]["compile_s"] > 0 and r["args"]["scan"]
     assert r["memory"]["xla"]["temp_size_in_bytes"] > 0
     assert "timing" not in r and "final_loss" not in r
+
+
+def test_windowed_attention_options_reach_the_benchmarked_model(tmp_path):
+    """SAM-style options (#16): --window-size/--global-blocks/--rel-pos build the windowed model, counted as such."""
+    from vit_jax.models import vit_config
+    from vit_jax.models.flops import vit_flops
+
+    out = tmp_path / "windowed.json"
+    size = ["--image-size", "32", "--depth", "2", "--pool", "gap"]
+    args = [*TINY, *size, "--batch", "8", "--mesh", "1,1,1", "--compile-only", "--json", str(out)]
+    assert bench_train.main([*args, "--window-size", "2", "--global-blocks", "1", "--rel-pos"]) == 0
+    r = json.loads(out.read_text())
+    windowed = vit_config("Ti/16", image_size=32, patch_size=8, width=32, depth=2, mlp_dim=64, num_heads=2,
+                          num_classes=10, window_size=2, global_blocks=(1,), rel_pos=True, pool="gap")
+    assert r["model"]["flops_per_image"] == pytest.approx(vit_flops(windowed).train)
+    assert r["model"]["flops_per_image"] < vit_flops(windowed.replace(window_size=0, global_blocks=())).train

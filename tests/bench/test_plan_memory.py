@@ -8,7 +8,7 @@ from vit_jax.bench import common, plan
 
 SPEC = dict(variant="Ti/16", image_size=16, num_classes=10, batch=16, dtype="float32", remat="none", scan=True,
             devices=8, steps=0, warmup=0, width=64, depth=2, mlp_dim=128, heads=4, patch=8, optimizer="adamw",
-            mu_dtype="float32", micro_batches=1)
+            mu_dtype="float32", micro_batches=1, pool="token", window_size=0, global_blocks=(), rel_pos=False)
 
 
 def test_plan_one_reports_per_device_bytes():

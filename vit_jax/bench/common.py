@@ -46,6 +46,13 @@ def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 
     p.add_argument("--mlp-dim", type=int, default=0)
     p.add_argument("--heads", type=int, default=0)
     p.add_argument("--patch", type=int, default=0)
+    p.add_argument("--pool", choices=("token", "gap", "map"), default="token",
+                   help="the head's pooling (windowed attention needs gap or map: the grid has no class token)")
+    p.add_argument("--window-size", type=int, default=0,
+                   help="windowed attention (SAM/ViTDet) in windows of this many patches; 0: every block global")
+    p.add_argument("--global-blocks", type=lambda s: tuple(int(x) for x in s.split(",") if x), default=(),
+                   help="blocks that stay global with --window-size, e.g. 2,5,8,11 (SAM-B)")
+    p.add_argument("--rel-pos", action="store_true", help="decomposed relative position bias in every block")
     p.add_argument("--compile-cache", action="store_true",
                    help="use the persistent compilation cache (off by default so compile times are real)")
     p.add_argument("--reference-n", type=int, default=CPU_REFERENCE_N,
@@ -71,6 +78,8 @@ def training_config(args: argparse.Namespace, *, optimizer: str = "adamw", mu_dt
     m = c.model
     m.variant, m.image_size, m.dtype, m.remat, m.scan = args.variant, args.image_size, args.dtype, args.remat, args.scan
     m.width, m.depth, m.mlp_dim, m.num_heads, m.patch_size = args.width, args.depth, args.mlp_dim, args.heads, args.patch
+    m.pool, m.window_size, m.global_blocks, m.rel_pos = (args.pool, args.window_size, tuple(args.global_blocks),
+                                                         args.rel_pos)
     c.batch_size = args.batch
     c.micro_batches = micro_batches
     c.total_steps = max(1, args.steps + args.warmup)
@@ -367,7 +376,8 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
     log(f"[bench {kind}] {program.model_cfg.name}: lowered in {lower_s:.1f}s, compiled in {compile_s:.1f}s")
 
     if args.compile_only:
-        return _compile_only_result(kind, prog, argv, args, program, env, lower_s, compile_s, compiled, extra)
+        return _compile_only_result(kind, prog, argv, args, program, env, lower_s, compile_s, compiled,
+                                    flops_per_image, extra)
     for _ in range(args.warmup):
         run_step(compiled)
     on_cpu = jax.devices()[0].platform == "cpu"
@@ -412,11 +422,12 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
     return result
 
 
-def _compile_only_result(kind, prog, argv, args, program, env, lower_s, compile_s, compiled, extra) -> dict[str, Any]:
+def _compile_only_result(kind, prog, argv, args, program, env, lower_s, compile_s, compiled, flops_per_image,
+                         extra) -> dict[str, Any]:
     result = {
         "benchmark": kind, "command": command_line(prog, argv), "args": vars(args), "compile_only": True,
         "model": {"name": program.model_cfg.name, "params": program.model.num_params(),
-                  "seq_len": program.model_cfg.seq_len},
+                  "flops_per_image": flops_per_image, "seq_len": program.model_cfg.seq_len},
         "mesh": dict(program.mesh.shape), "environment": env,
         "compile": {"lower_s": lower_s, "compile_s": compile_s, "total_s": lower_s + compile_s},
         "memory": {"xla": compiled_memory(compiled), "device_stats": None},
