@@ -157,3 +157,18 @@ def test_rel_pos_resize_is_torch_linear_interpolation():
 
     for n in (13, 5, 7):
         np.testing.assert_allclose(resize_rel_pos(jnp.asarray(table), n), torch_linear(table, n), atol=1e-6)
+
+
+def test_windowed_model_sharded_over_data_fsdp_tensor_equals_one_device(tiny_sam):
+    """Windows fold into the batch axis and heads split over `tensor`: the sharded forward is the same function."""
+    from vit_jax.parallel import mesh as mesh_lib
+
+    cfg, params, images = tiny_sam
+    images = np.concatenate([images, -images])  # 4 images: one per data x fsdp shard
+    f = FunctionalViT(cfg)
+    want = jax.jit(f.apply)(params, images)
+    m = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+    sh = mesh_lib.tree_shardings(f.logical_axes, f.shapes, m)
+    assert any(s.spec != jax.sharding.PartitionSpec() for s in jax.tree.leaves(sh))  # something is sharded
+    got = jax.jit(f.apply, in_shardings=(sh, mesh_lib.batch_sharding(m)))(jax.device_put(params, sh), images)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), got, want)
