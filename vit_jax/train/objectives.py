@@ -131,29 +131,18 @@ def make_objective(config: ml_collections.ConfigDict, model_cfg: ModelConfig) ->
 
 
 @hooks_lib.evaluator("reconstruction")
-class ReconstructionEvalHook(hooks_lib.Hook):
+class ReconstructionEvalHook(hooks_lib.EvalHook):
     """MAE's reconstruction loss on data.eval_split (every eval interval and at the end); the lowest is the best."""
-
-    def __init__(self, ctx, writer):
-        super().__init__(ctx)
-        self.writer = writer
-        self.every = ctx.durations.eval_every
-        self.last_step = None
-        self.latest: dict[str, float] = {}
 
     def run(self, step, it):
         result = hooks_lib.run_eval(self.ctx)
         self.last_step = step
-        self.latest = {"eval/reconstruction_loss": result["loss"], "eval/count": result["count"]}
-        best = self.ctx.progress["best"]
         key = "eval/reconstruction_loss"
+        self.latest = {key: result["loss"], "eval/count": result["count"]}
+        best = self.ctx.progress["best"]
         if result["loss"] <= best.get(key, float("inf")):
             best.update({key: result["loss"], "step": step})
         self.writer.write(step, {**self.latest, **hooks_lib.progress_scalars(self.ctx, step)})
         if jax.process_index() == 0:
             print(f"eval step {step}: reconstruction loss {result['loss']:.4f} | {int(result['count'])} examples",
                   flush=True)
-
-    def finish(self, step, it):
-        if self.last_step != step:
-            self.run(step, it)
