@@ -84,7 +84,8 @@ def test_encoder_parameters_are_a_classification_vits_and_features_are_its_forwa
     assert set(params["decoder"]) == {"embed", "mask_token", "transformer", "pred"}
     images = jnp.zeros((2, 32, 32, 3))
     _, out = objective.model.apply(params, images)  # the few-shot probe's features: the ViT on the whole image
-    np.testing.assert_array_equal(np.asarray(out["pre_logits"]), np.asarray(vit.apply(encoder, images)[1]["pre_logits"]))
+    expected = vit.apply(encoder, images)[1]["pre_logits"]
+    np.testing.assert_array_equal(np.asarray(out["pre_logits"]), np.asarray(expected))
 
 
 def test_reconstruction_loss_on_a_hand_computed_case():
