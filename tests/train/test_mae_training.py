@@ -96,7 +96,12 @@ def test_finetuning_from_an_mae_run_loads_the_encoder_and_adds_a_zero_head(mae_r
     assert params["head"]["kernel"].shape == (32, 10)
 
 
-def test_mae_config_mistakes_are_one_line_errors(tmp_path, digits_data_dir):
+def test_mae_config_mistakes_are_one_line_errors(mae_run, tmp_path, digits_data_dir):
+    workdir, _, _ = mae_run
+    with pytest.raises(ConfigError, match="holds a run of objective 'mae'"):  # resuming it as another objective
+        Trainer(mae_config(digits_data_dir, objective="classification", **{"eval.evaluators": ()}), str(workdir))
+    with pytest.raises(ConfigError, match="holds a run of objective 'mae' with other settings"):
+        Trainer(mae_config(digits_data_dir, **{"mae.decoder_width": 64}), str(workdir))
     with pytest.raises(ConfigError, match=r"eval.evaluators=\(\"reconstruction\", \"fewshot\"\)"):
         Trainer(mae_config(digits_data_dir, **{"eval.evaluators": ("classification",)}), str(tmp_path / "a"))
     with pytest.raises(ConfigError, match="objective 'mae' does not use"):
