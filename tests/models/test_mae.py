@@ -26,7 +26,7 @@ def objective():
 
 
 def test_every_example_masks_exactly_75_percent_of_its_patches(objective):
-    orders = np.asarray(objective.orders(jax.random.key(3), 512))
+    orders = np.asarray(jax.jit(objective.orders, static_argnums=1)(jax.random.key(3), 512))
     n = objective.num_patches
     assert n == 16 and objective.num_visible == 4
     assert (np.sort(orders, axis=1) == np.arange(n)).all()  # every row is a permutation of the patches
@@ -43,9 +43,10 @@ def test_every_example_masks_exactly_75_percent_of_its_patches(objective):
 def test_masks_are_a_function_of_seed_step_and_example_index_only(objective):
     key = jax.random.key(0)
     step_key = jax.random.fold_in(key, 7)
-    full = np.asarray(objective.orders(step_key, 16))
-    assert (full == np.asarray(objective.orders(step_key, 16))).all()  # deterministic
-    assert not (full == np.asarray(objective.orders(jax.random.fold_in(key, 8), 16))).all()  # another step
+    orders = jax.jit(objective.orders, static_argnums=1)
+    full = np.asarray(orders(step_key, 16))
+    assert (full == np.asarray(objective.orders(step_key, 16))).all()  # deterministic (and jit or not)
+    assert not (full == np.asarray(orders(jax.random.fold_in(key, 8), 16))).all()  # another step
     # A batch split over processes (each process's rows) or micro-batches sees the same mask for an example:
     # patch_orders of rows 8..15 alone equals those rows of the whole batch.
     part = patch_orders(jax.random.fold_in(step_key, MASK_STREAM), jnp.arange(8, 16), objective.num_patches)
@@ -59,7 +60,7 @@ def test_masks_are_a_function_of_seed_step_and_example_index_only(objective):
 
 def test_the_encoder_sees_only_the_visible_patches(objective):
     model = objective.model
-    params = model.init(jax.random.key(0))
+    params = jax.jit(model.init)(jax.random.key(0))  # jitted: one compile, not one per op
     images = jax.random.uniform(jax.random.key(1), (2, 32, 32, 3), minval=-1, maxval=1)
     orders = objective.orders(jax.random.key(2), 2)
     reconstruct = jax.jit(lambda p, x, o: model.bind(p).reconstruct(x, o))
@@ -77,14 +78,14 @@ def test_the_encoder_sees_only_the_visible_patches(objective):
 
 
 def test_encoder_parameters_are_a_classification_vits_and_features_are_its_forward_pass(objective):
-    params = objective.model.init(jax.random.key(0))
+    params = jax.jit(objective.model.init)(jax.random.key(0))
     encoder = {k: v for k, v in params.items() if k != "decoder"}
     vit = FunctionalViT(vit_config(**TINY))
     assert jax.tree.map(lambda x: x.shape, encoder) == jax.tree.map(lambda x: x.shape, vit.shapes)
     assert set(params["decoder"]) == {"embed", "mask_token", "transformer", "pred"}
     images = jnp.zeros((2, 32, 32, 3))
-    _, out = objective.model.apply(params, images)  # the few-shot probe's features: the ViT on the whole image
-    expected = vit.apply(encoder, images)[1]["pre_logits"]
+    _, out = jax.jit(objective.model.apply)(params, images)  # the few-shot probe's features: the ViT on the image
+    expected = jax.jit(vit.apply)(encoder, images)[1]["pre_logits"]
     np.testing.assert_array_equal(np.asarray(out["pre_logits"]), np.asarray(expected))
 
 
