@@ -76,6 +76,8 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
             out[key] = init_value
             if key in src:
                 notes.append(f"re-initialised {key} {tuple(src.pop(key).shape)} -> {tuple(init_value.shape)}")
+            else:  # e.g. the head of a fine-tune from a headless (MAE-pretrained) encoder
+                notes.append(f"new {key} {tuple(init_value.shape)} (fresh init)")
             continue
         if key not in src:
             if under(key, ("pre_logits",)):

@@ -8,9 +8,13 @@ of the ViT paper's compute figures (Table 6, Fig. 5).
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.config import ViTConfig
+
+if TYPE_CHECKING:  # models/mae.py imports JAX; this module stays pure Python
+    from vit_jax.models.mae import MAEConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +51,13 @@ def _resnet_flops(image_size: tuple[int, int], layers: tuple[int, ...],
             total += conv(h, w, 1, cin, f) + conv(ho, wo, 3, f, f) + conv(ho, wo, 1, f, 4 * f)
             h, w, cin = ho, wo, 4 * f
     return total, h, w, cin
+
+
+def _block_flops(tokens: int, width: int, mlp_dim: int) -> float:
+    """One Transformer block over a flat sequence: q, k, v projections, q.k logits and weights.v, the output
+    projection, and the MLP."""
+    t, d = tokens, width
+    return 2.0 * t * d * 3 * d + 2.0 * 2 * t * t * d + 2.0 * t * d * d + 2.0 * 2 * t * d * mlp_dim
 
 
 def _grid_block_flops(cfg: ViTConfig, block: int) -> float:
@@ -87,13 +98,7 @@ def vit_flops(cfg: ViTConfig) -> Flops:
     if cfg.spatial_attention:
         parts["encoder"] = sum(_grid_block_flops(cfg, i) for i in range(depth))
     else:
-        per_block = {
-            "qkv": 2.0 * t * d * 3 * d,
-            "attention": 2.0 * 2 * t * t * d,  # q.k logits and weights.v
-            "attn_out": 2.0 * t * d * d,
-            "mlp": 2.0 * 2 * t * d * m,
-        }
-        parts["encoder"] = depth * sum(per_block.values())
+        parts["encoder"] = depth * _block_flops(t, d, m)
     if cfg.neck_dim:  # 1x1 conv, then 3x3 conv (no biases)
         parts["neck"] = 2.0 * n * (d * cfg.neck_dim + 9 * cfg.neck_dim * cfg.neck_dim)
     if cfg.pool == "map":
@@ -104,4 +109,21 @@ def vit_flops(cfg: ViTConfig) -> Flops:
         feat = cfg.rep_size
     if cfg.num_classes:
         parts["head"] = 2.0 * feat * cfg.num_classes
+    return Flops(forward=sum(parts.values()), breakdown=parts)
+
+
+def mae_flops(cfg: ViTConfig, mae: MAEConfig) -> Flops:
+    """Forward FLOPs per image of MAE pretraining: every patch is embedded, the encoder runs on the visible ones
+    (and the class token), the decoder on all of them."""
+    d, n, (ph, pw) = cfg.width, cfg.num_patches, cfg.patch_size
+    dw = mae.decoder_width
+    cls = 1 if cfg.pool == "token" else 0
+    t_enc, t_dec = mae.num_visible(n) + cls, n + cls
+    parts = {
+        "patch_embedding": 2.0 * n * ph * pw * 3 * d,
+        "encoder": cfg.depth * _block_flops(t_enc, d, cfg.mlp_dim),
+        "decoder_embed": 2.0 * t_enc * d * dw,
+        "decoder": mae.decoder_depth * _block_flops(t_dec, dw, mae.decoder_mlp_dim),
+        "decoder_pred": 2.0 * n * dw * ph * pw * 3,
+    }
     return Flops(forward=sum(parts.values()), breakdown=parts)

@@ -129,10 +129,18 @@ class PatchEmbed(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         ph, pw, c, d = self.kernel.shape
-        b, h, w, _ = x.shape
-        gh, gw = h // ph, w // pw
-        patches = x.reshape(b, gh, ph, gw, pw, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, gh * gw, ph * pw * c)
+        patches = patchify(x, (ph, pw))
         return patches @ self.kernel[...].reshape(ph * pw * c, d).astype(x.dtype) + self.bias[...].astype(x.dtype)
+
+
+def patchify(x: jax.Array, patch_size: tuple[int, int]) -> jax.Array:
+    """(B, H, W, C) -> (B, gh*gw, ph*pw*C): patches in row-major grid order, each flattened as (ph, pw, C).
+
+    The one patch layout of the package: the patch embedding reads it, MAE reconstructs it."""
+    ph, pw = patch_size
+    b, h, w, c = x.shape
+    gh, gw = h // ph, w // pw
+    return x.reshape(b, gh, ph, gw, pw, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, gh * gw, ph * pw * c)
 
 
 class LayerNorm(nnx.Module):

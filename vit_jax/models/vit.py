@@ -178,6 +178,24 @@ class ViT(nnx.Module):
                              "change the resolution")
         return self.embedding(x)
 
+    def tokens(self, images: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        """Images -> the encoder's input before dropout: patch tokens with their position embeddings (B, N, D), and
+        the class token with its own (B, 1, D), or None without one. Kept apart so that MAE can drop patches."""
+        cfg = self.cfg
+        x = self.embed(images)
+        dtype = x.dtype
+        if self.pos_embedding is not None:
+            pe = self.pos_embedding[...].astype(dtype)
+        else:
+            pe = posemb_sincos_2d(*cfg.grid, cfg.width)
+            if self.cls is not None:  # the class token gets no position
+                pe = np.concatenate([np.zeros((1, 1, cfg.width), np.float32), pe], 1)
+            pe = jnp.asarray(pe, dtype)
+        if self.cls is None:
+            return x + pe, None
+        cls = jnp.broadcast_to(self.cls[...].astype(dtype), (x.shape[0], 1, cfg.width))
+        return x + pe[:, 1:], cls + pe[:, :1]
+
     def __call__(self, images: jax.Array, *, train: bool = False, rng: jax.Array | None = None,
                  capture: tuple[str, ...] = ()) -> tuple[jax.Array, dict[str, Any]]:
         cfg = self.cfg
@@ -189,17 +207,8 @@ class ViT(nnx.Module):
             raise ValueError(f"unknown capture {sorted(unknown)}; use 'blocks' and/or 'attention'")
         k_embed, k_enc = jax.random.split(rng) if needs_rng else (None, None)
 
-        x = self.embed(images)
-        dtype = x.dtype
-        if self.cls is not None:
-            x = jnp.concatenate([jnp.broadcast_to(self.cls[...].astype(dtype), (x.shape[0], 1, cfg.width)), x], 1)
-        if self.pos_embedding is not None:
-            x = x + self.pos_embedding[...].astype(dtype)
-        else:
-            pe = posemb_sincos_2d(*cfg.grid, cfg.width)
-            if self.cls is not None:  # the class token gets no position
-                pe = np.concatenate([np.zeros((1, 1, cfg.width), np.float32), pe], 1)
-            x = x + jnp.asarray(pe, dtype)
+        patches, cls = self.tokens(images)
+        x = patches if cls is None else jnp.concatenate([cls, patches], 1)
         x = L.dropout(x, cfg.dropout, k_embed)
 
         encoded, per_block, weights = self.encoder(x, key=k_enc, capture_blocks="blocks" in capture,
@@ -263,6 +272,10 @@ class FunctionalViT:
 
     def num_params(self) -> int:
         return count_params(self.shapes)
+
+    def bind(self, params: dict[str, Any]) -> nnx.Module:
+        """The NNX module holding `params`, for its methods other than the forward pass (MAE's `reconstruct`)."""
+        return nnx.merge(self.graphdef, params)
 
 
 def _map_variables(state, fn):

@@ -82,6 +82,13 @@ def default_config() -> ml_collections.ConfigDict:
         label_smoothing=0.0,
         mixup_alpha=0.0,  # > 0: mixup on device with lambda ~ Beta(alpha, alpha)
     )
+    # What the run learns (train/objectives.py): classification (the labels), or mae (masked autoencoder pretraining:
+    # labels unused; evaluate it with eval.evaluators=("reconstruction", "fewshot")).
+    c.objective = "classification"
+    c.mae = dict(  # objective="mae" only (models/mae.py MAEConfig; defaults: the MAE paper's)
+        mask_ratio=0.75, decoder_width=512, decoder_depth=8, decoder_heads=16, decoder_mlp_dim=2048,
+        norm_pix_loss=True,
+    )
     c.mesh = dict(data=-1, fsdp=1, tensor=1)  # -1: all remaining devices
     c.checkpoint = dict(
         every_steps=0, every_epochs=0.0,  # 0 and 0.0: only at the end (and on preemption)
@@ -198,10 +205,30 @@ def validate(config: ml_collections.ConfigDict) -> None:
     choices = {"optimizer.name": ("adamw", "sgd", "adafactor"), "optimizer.schedule": ("cosine", "linear", "rsqrt",
                "constant"), "optimizer.decay_mask": ("kernels", "all", "none"), "loss.kind": ("softmax_xent",
                "sigmoid_xent"), "optimizer.mu_dtype": ("float32", "bfloat16"), "init.posemb_resize": ("bicubic",
-               "bilinear")}
+               "bilinear"), "objective": OBJECTIVES}
     for key, allowed in choices.items():
         if given[key] not in allowed:
             raise ConfigError(f"config key '{key}' is {given[key]!r}; choose one of {', '.join(allowed)}")
+    _check_objective(config)
+
+
+OBJECTIVES = ("classification", "mae")
+# The evaluators that need the classification objective's labelled logits, and those only an MAE run has.
+_EVALUATOR_OBJECTIVES = {"classification": "classification", "reconstruction": "mae"}
+
+
+def _check_objective(config: ml_collections.ConfigDict) -> None:
+    wrong = [e for e in config.eval.evaluators if _EVALUATOR_OBJECTIVES.get(e, config.objective) != config.objective]
+    if wrong:
+        fix = ('("reconstruction", "fewshot")' if config.objective == "mae" else '("classification", "fewshot")')
+        raise ConfigError(f"eval.evaluators {tuple(wrong)} do not evaluate objective '{config.objective}'; use "
+                          f"eval.evaluators={fix}")
+    if config.objective == "mae" and config.init.checkpoint:
+        raise ConfigError("objective='mae' pretrains from scratch (its decoder is in no checkpoint): leave "
+                          "init.checkpoint empty; fine-tune from the MAE run with objective='classification'")
+    if config.objective != "classification" and (config.loss.mixup_alpha or config.loss.label_smoothing):
+        raise ConfigError(f"loss.mixup_alpha and loss.label_smoothing act on labels, which objective "
+                          f"'{config.objective}' does not use: set them to 0")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

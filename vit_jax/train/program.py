@@ -15,14 +15,13 @@ import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding
 
-from vit_jax.eval.steps import make_eval_step
-from vit_jax.models.build import ModelConfig, build_model
-from vit_jax.models.flops import model_flops
+from vit_jax.models.build import ModelConfig
 from vit_jax.models.sharding_hints import activation_sharding
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.parallel import mesh as mesh_lib
 from vit_jax.parallel.distributed import SyncedJit
 from vit_jax.train import config as config_lib
+from vit_jax.train.objectives import Objective, make_objective
 from vit_jax.train.optimizer import make_optimizer, make_schedule
 from vit_jax.train.step import init_state, make_train_step
 
@@ -42,6 +41,7 @@ class TrainProgram:
     train_step: Callable  # jitted (state, batch) -> (state, metrics); the state argument is donated
     eval_step: Callable  # jitted (params, batch) -> sums
     flops_per_image: float  # analytic training FLOPs per image
+    objective: Objective  # what the run learns: model, loss, eval step (train/objectives.py)
 
     def init_state(self, seed: int, params: Any | None = None) -> dict[str, Any]:
         """Fresh state straight into its shardings (no host copy); or around given (already sharded) params."""
@@ -80,8 +80,10 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
                   devices: Sequence[Any] | None = None, architecture: ModelConfig | None = None) -> TrainProgram:
     """`architecture`: the init checkpoint's ViTConfig, for configs that take their model from it."""
     c = config
-    model_cfg = config_lib.model_config(c, num_classes, architecture)
-    model = build_model(model_cfg)
+    # An MAE model has no head: the dataset's classes are for the fine-tuning that follows.
+    model_cfg = config_lib.model_config(c, num_classes if c.objective == "classification" else 0, architecture)
+    objective = make_objective(c, model_cfg)
+    model = objective.model
     mesh = mesh_lib.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor, devices=devices)
     dp = mesh.shape["data"] * mesh.shape["fsdp"]
     if c.batch_size % (dp * c.micro_batches) or c.batch_size % jax.process_count():
@@ -110,13 +112,13 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
 
         return wrapped
 
-    step_fn = make_train_step(model, tx, schedule, loss_kind=c.loss.kind, micro_batches=c.micro_batches,
-                              label_smoothing=c.loss.label_smoothing, mixup_alpha=c.loss.mixup_alpha,
-                              loss_spike_factor=spike)
+    step_fn = make_train_step(model, tx, schedule, micro_batches=c.micro_batches, loss_spike_factor=spike,
+                              objective=objective)
     train_step = jax.jit(with_hints(step_fn), in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, rep),
                          donate_argnums=0)
-    eval_step = SyncedJit(jax.jit(with_hints(make_eval_step(model, c.loss.kind)), in_shardings=(param_sh, batch_sh),
+    eval_step = SyncedJit(jax.jit(with_hints(objective.eval_step()), in_shardings=(param_sh, batch_sh),
                                   out_shardings=rep), "eval step")
     return TrainProgram(config=c, model_cfg=model_cfg, model=model, mesh=mesh, schedule=schedule, tx=tx,
                         param_sh=param_sh, state_sh=state_sh, batch_sh=batch_sh, abstract_state=abstract_state,
-                        train_step=train_step, eval_step=eval_step, flops_per_image=model_flops(model_cfg).train)
+                        train_step=train_step, eval_step=eval_step, flops_per_image=objective.flops.train,
+                        objective=objective)

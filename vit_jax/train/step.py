@@ -3,7 +3,7 @@
 Train state: {"params", "opt_state", "step", "rng" (key data of the run's seed), "skipped", "consecutive_skips"}
 (and "loss_ema" with the loss-spike guard).
 All randomness of step s comes from fold_in(seed key, s), so a resumed run replays exactly the same dropout and
-mixup masks as an uninterrupted one.
+mixup masks (and MAE's patch masks) as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from vit_jax.data.mixup import mixup
-from vit_jax.models.losses import LOSSES, smooth_labels
 from vit_jax.models.vit import FunctionalViT
+from vit_jax.train.objectives import Classification, Objective
 
 
 def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.Array,
@@ -38,43 +37,34 @@ def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.
 
 def make_train_step(model: FunctionalViT, tx: optax.GradientTransformation, schedule: Callable, *,
                     loss_kind: str = "softmax_xent", micro_batches: int = 1, label_smoothing: float = 0.0,
-                    mixup_alpha: float = 0.0, loss_spike_factor: float = 0.0) -> Callable:
-    """The train step. `loss_spike_factor` > 0 also skips a step whose loss exceeds that many times the running
-    average of the accepted losses (the state then carries `loss_ema`: see init_state)."""
-    cfg = model.cfg
-    loss_fn = LOSSES[loss_kind]
-    # Dropout and stochastic depth are ViT options (a BiT ResNet has none: its config has no such fields).
-    needs_rng = any(getattr(cfg, k, 0.0) for k in ("dropout", "attention_dropout", "drop_path"))
-
-    def micro_loss(params, images, labels, key):
-        k_mix, k_model = jax.random.split(key)
-        if mixup_alpha:
-            mixed = mixup({"image": images, "labels": labels}, k_mix, mixup_alpha)
-            images, labels = mixed["image"], mixed["labels"]
-        logits, _ = model.apply(params, images, train=True, rng=k_model if needs_rng else None)
-        return jnp.mean(loss_fn(logits, labels))
-
-    grad_fn = jax.value_and_grad(micro_loss)
+                    mixup_alpha: float = 0.0, loss_spike_factor: float = 0.0,
+                    objective: Objective | None = None) -> Callable:
+    """The train step. `objective` (train/objectives.py) brings the loss; None: classification of `model` with
+    `loss_kind`, `label_smoothing` and `mixup_alpha`. `loss_spike_factor` > 0 also skips a step whose loss exceeds
+    that many times the running average of the accepted losses (the state then carries `loss_ema`: see
+    init_state)."""
+    if objective is None:
+        objective = Classification(model, loss_kind, label_smoothing, mixup_alpha)
+    grad_fn = jax.value_and_grad(objective.loss)
 
     def train_step(state, batch):
         params = state["params"]
         key = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
-        images = batch["image"]
-        labels = smooth_labels(batch["labels"].astype(jnp.float32), label_smoothing)
+        inputs = objective.inputs(batch, key)  # of the global batch: per-example randomness ignores the split
         if micro_batches == 1:
-            loss, grads = grad_fn(params, images, labels, key)
+            loss, grads = grad_fn(params, inputs, key)
         else:
             # Example j of micro-batch i is row j * n + i: every micro-batch spans all devices' shards evenly.
             def split(x):
                 return jnp.swapaxes(x.reshape(x.shape[0] // micro_batches, micro_batches, *x.shape[1:]), 0, 1)
 
             def body(acc, xs):
-                i, mb_images, mb_labels = xs
-                loss_i, grads_i = grad_fn(params, mb_images, mb_labels, jax.random.fold_in(key, i))
+                i, mb_inputs = xs
+                loss_i, grads_i = grad_fn(params, mb_inputs, jax.random.fold_in(key, i))
                 return jax.tree.map(jnp.add, acc, (loss_i, grads_i)), None
 
             zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
-            (loss, grads), _ = jax.lax.scan(body, zeros, (jnp.arange(micro_batches), split(images), split(labels)))
+            (loss, grads), _ = jax.lax.scan(body, zeros, (jnp.arange(micro_batches), jax.tree.map(split, inputs)))
             loss, grads = jax.tree.map(lambda x: x / micro_batches, (loss, grads))
         grad_norm = optax.tree.norm(grads)
         updates, new_opt_state = tx.update(grads, state["opt_state"], params)

@@ -117,6 +117,12 @@ class Trainer:
         return self._init_loaded[0]
 
     def _check_same_model(self, meta: dict) -> None:
+        c, before = self.config, meta.get("config", {})
+        if (before.get("objective", "classification"), before.get("mae")) != (
+                c.objective, c.mae.to_dict() if c.objective == "mae" else before.get("mae")):
+            raise config_lib.ConfigError(
+                f"{self.workdir} holds a run of objective '{before.get('objective', 'classification')}' with other "
+                "settings than this config's (objective, mae.*); use a new --workdir")
         if meta.get("model") != model_meta(self.model_cfg):
             raise config_lib.ConfigError(
                 f"{self.workdir} holds a run of another model ({meta.get('model', {}).get('width')}-wide, this config "
