@@ -98,7 +98,8 @@ def test_compare_paper_adds_table6_rows(sweep_root):
     assert cli.main(["report", str(sweep_root), "--compare-paper"]) == 0
     rows = read_csv(sweep_root / "report" / "results.csv")
     paper = [r for r in rows if r["source"] == "paper"]
-    assert len(paper) == len(paper_rows()) == 8
+    assert len(paper) == len(paper_rows()) == 18
+    assert {r.family for r in paper_rows()} == {"ViT", "ResNet", "Hybrid"}
     h14 = next(r for r in paper if r["model"] == "ViT-H/14")
     assert h14["exaFLOPs"] == "4262" and h14["paper: ImageNet top-1 (fine-tuned) [%]"] == "88.08"
     assert h14["pareto"] == ""  # paper rows are not part of the sweep's frontier

@@ -161,7 +161,7 @@ def paper_rows() -> list[Row]:
     rows = []
     for rec in csv.DictReader(io.StringIO("\n".join(lines))):
         model = rec["model"].strip()
-        rows.append(Row(source="paper", run="paper", model=model, family=family_of(model),
+        rows.append(Row(source="paper", run="paper", model=model, family=rec["family"].strip(),
                         epochs=float(rec["epochs"]), exaflops=float(rec["pretrain_exaflops"]),
                         accuracy={PAPER_METRIC: float(rec["imagenet_top1"])}))
     return rows
