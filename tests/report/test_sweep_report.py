@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from vit_jax.report.pareto import paper_rows, pareto_frontier
+from vit_jax.report.pareto import paper_rows, pareto_frontier, sweep_rows
+from vit_jax.report.sweep_figures import pareto_figure
+from vit_jax.sweep.runs import read_sweep_root
 from vit_jax.commands import sweep as cli
 
 # name -> (exaFLOPs, top1, 5-shot, family). Dominated in top1 by construction: 'slow-worse' (more compute than
@@ -201,3 +203,24 @@ def test_a_finetune_root_that_matches_no_run_is_reported(sweep_root, tmp_path):
     assert cli.main(["report", str(sweep_root), "--finetune-root", str(ft)]) == 0
     md = (sweep_root / "report" / "report.md").read_text()
     assert "no finished fine-tuning run in" in md and "starts from a run of" in md
+
+
+def test_pareto_chart_colours_the_three_families_as_figure_5(tmp_path):
+    root = tmp_path / "families"
+    for name, family, exaflops, top1 in (("vit", "ViT", 1.0, 0.7), ("bit", "ResNet", 2.0, 0.6),
+                                         ("hybrid", "Hybrid", 3.0, 0.8), ("bit-big", "ResNet", 4.0, 0.75)):
+        write_run(root, name, exaflops, top1, 0.5, family)
+    states, _ = read_sweep_root(root)
+    fig = pareto_figure(sweep_rows(states, "eval/top1"), "eval/top1", "device-days", tmp_path / "p.png", paper_rows())
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    families = ["Hybrid", "ResNet (BiT)", "Transformer (ViT)"]
+    assert [label for label in labels if label in families] == families
+    assert sorted(label for label in labels if label.startswith("paper Table 6: ")) == \
+        [f"paper Table 6: {f}" for f in families]
+    # Our runs: one filled collection per family, three distinct colours; the paper's 18 rows: hollow markers.
+    filled = {tuple(c.get_facecolor()[0]) for c in ax.collections if c.get_label() in families}
+    assert len(filled) == 3
+    hollow = [c for c in ax.collections if c.get_label().startswith("paper Table 6")]
+    assert len(hollow) == len(paper_rows()) == 18
+    assert len({tuple(c.get_edgecolor()[0]) for c in hollow}) == 3
