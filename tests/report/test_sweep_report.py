@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from vit_jax.report.pareto import paper_rows, pareto_frontier, sweep_rows
-from vit_jax.report.sweep_figures import pareto_figure
+from vit_jax.report.sweep_figures import data_size_figure, pareto_figure
+from vit_jax.report.sweep_report import write_report
 from vit_jax.sweep.runs import read_sweep_root
 from vit_jax.commands import sweep as cli
 
@@ -74,6 +75,7 @@ def test_report_marks_frontier_sorts_by_compute_and_writes_files(sweep_root, cap
     for name in ("pareto.png", "curves.png", "report.md", "report.html", "results.csv"):
         assert (out / name).stat().st_size > 0, name
     assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "data.png").exists()  # one training-set size: no accuracy-against-data figure
     rows = read_csv(out / "results.csv")
     assert {r["run"] for r in rows if r["pareto"] == "*"} == FRONTIER
     flops = [float(r["exaFLOPs"]) for r in rows]
@@ -224,3 +226,27 @@ def test_pareto_chart_colours_the_three_families_as_figure_5(tmp_path):
     hollow = [c for c in ax.collections if c.get_label().startswith("paper Table 6")]
     assert len(hollow) == len(paper_rows()) == 18
     assert len({tuple(c.get_edgecolor()[0]) for c in hollow}) == 3
+
+
+def test_data_size_sweep_gets_accuracy_against_training_set_size(tmp_path):
+    root = tmp_path / "fractions"
+    for model, family, accs in (("vit", "ViT", (0.3, 0.6, 0.9)), ("bit", "ResNet", (0.8, 0.85, 0.95))):
+        for examples, top1 in zip((144, 431, 1437), accs):
+            name = f"{model}-{examples}"
+            write_run(root, name, 1.0, top1, 0.5, family)
+            summary_path = root / name / "summary.json"
+            summary = json.loads(summary_path.read_text())
+            summary["model"]["name"] = model
+            summary["dataset"] = {"name": "digits", "train_examples": examples}
+            summary_path.write_text(json.dumps(summary))
+    paths = write_report(str(root))
+    assert (root / "report" / "data.png") in paths and (root / "report" / "data.png").stat().st_size > 0
+    assert "![data](data.png)" in (root / "report" / "report.md").read_text()
+    assert (root / "report" / "report.html").read_text().count("data:image/png;base64,") == 3
+    states, _ = read_sweep_root(root)
+    fig = data_size_figure(sweep_rows(states, "eval/top1"), "eval/top1", tmp_path / "d.png")
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert sorted(lines) == ["bit (ResNet (BiT))", "vit (Transformer (ViT))"]
+    assert list(lines["vit (Transformer (ViT))"].get_xdata()) == [144, 431, 1437]
+    assert list(lines["bit (ResNet (BiT))"].get_ydata()) == pytest.approx([80.0, 85.0, 95.0])
+    assert paths[-3:] == [root / "report" / f for f in ("report.md", "report.html", "results.csv")]

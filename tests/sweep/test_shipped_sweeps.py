@@ -37,3 +37,12 @@ def test_paper_sweep_has_table6_resnets_at_7_and_14_epochs(capsys, tmp_path, mon
             command = bits[f"BiT-{depth_width},total_epochs={epochs}"]
             assert f"--config=configs/vit_i21k.py:variant=BiT-{depth_width}" in command
             assert f"--config.optimizer.lr={lr}" in command and f"--config.total_epochs={epochs}" in command
+
+
+def test_data_fraction_sweep_gives_every_run_the_same_training_examples(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    runs = planned(capsys, "configs/sweeps/data_fraction.py", tmp_path / "fractions")
+    assert sorted(runs) == sorted(f"data.fraction={f},model={m}" for f in (0.1, 0.3, 1.0)
+                                  for m in ("BiT-R1-1x1", "w128-d4"))
+    for command in runs.values():
+        assert "--config.total_examples=21555" in command and "--config.optimizer.warmup_examples=2874" in command

@@ -22,7 +22,7 @@ flags.FLAGS(["vit_jax.main", *sys.argv[1:]])
 print(json.dumps(main._CONFIG.value.to_dict(), default=list))
 """
 
-SWEEPS = ["configs/sweeps/demo_scaling.py", "configs/sweeps/paper_scaling.py",
+SWEEPS = ["configs/sweeps/demo_scaling.py", "configs/sweeps/paper_scaling.py", "configs/sweeps/data_fraction.py",
           "configs/sweeps/finetune_lr.py:imagenet2012,/ckpt.npz", "configs/sweeps/finetune_lr.py:oxford_iiit_pet,"]
 
 

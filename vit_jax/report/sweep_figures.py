@@ -85,6 +85,30 @@ def pareto_figure(rows: list[Row], metric: str, device_label: str, path, paper: 
     return fig
 
 
+def data_size_figure(rows: list[Row], metric: str, path) -> Figure:
+    """data.png: accuracy against the size of the training set, one line per model coloured by family (the shape of
+    the paper's Figures 3 and 4: which family wins on small data, and where the other overtakes it)."""
+    fig = new_figure(7, 5)
+    ax = fig.subplots()
+    points = [r for r in rows if r.train_examples and metric in r.accuracy]
+    for model in sorted({r.model for r in points}):
+        mine = sorted((r.train_examples, r.accuracy[metric], r.family) for r in points if r.model == model)
+        marker, colour, label = _style(mine[0][2])
+        ax.plot([n for n, _, _ in mine], [a for _, a, _ in mine], marker=marker, color=colour,
+                label=f"{model} ({label})")
+    if points:
+        ax.set_xscale("log")
+        ax.legend(fontsize=7, loc="lower right")
+    else:
+        ax.text(0.5, 0.5, f"no finished run reports {metric}", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("training examples")
+    ax.set_ylabel(f"{metric} [%]")
+    ax.set_title(f"{metric} against training-set size", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    save_figure(fig, path)
+    return fig
+
+
 def curves_figure(states: list[RunState], metric: str, progress: str, path) -> None:
     """curves.png: `metric` against training progress for every run that logged it."""
     key, label = PROGRESS[progress]
