@@ -16,10 +16,20 @@ The ViT paper's own ResNet baselines (Table 6) were trained with Adam instead (i
 configs/vit_i21k.py:variant=BiT-R50x1, which configs/sweeps/paper_scaling.py uses.
 """
 
-from vit_jax.models.bit_config import is_bit_name
-from vit_jax.train.config import default_config, parse_config_args
+import importlib.util
+from pathlib import Path
 
-BATCH = 4096
+from vit_jax.models.bit_config import is_bit_name
+from vit_jax.train.config import parse_config_args
+
+
+def _vit_i21k():
+    """configs/vit_i21k.py, whose data, evaluation and checkpointing this recipe shares (config files are not a
+    package: loaded by path)."""
+    spec = importlib.util.spec_from_file_location("vit_i21k", Path(__file__).with_name("vit_i21k.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def get_config(arg=None):
@@ -27,30 +37,15 @@ def get_config(arg=None):
     if not is_bit_name(a["variant"]):
         raise ValueError(f"variant={a['variant']} is not a BiT ResNet (e.g. BiT-R50x1, BiT-R152x2): ViTs train with "
                          "configs/vit_i21k.py")
-    epochs = float(a["epochs"])
-    c = default_config()
-    c.model.variant = a["variant"]
-    c.model.image_size = 224
-    c.model.dtype = "bfloat16"
-    c.data.name = "imagenet21k/fall11"
-    c.data.train_split, c.data.eval_split = "train", "validation"
-    c.data.pp_train = "decode_jpeg_and_inception_crop(224)|flip_lr|value_range(-1,1)"
-    c.data.pp_eval = "decode|resize_small(256)|central_crop(224)|value_range(-1,1)"
-    c.batch_size = BATCH
-    c.total_epochs = epochs
-    c.loss.kind = "sigmoid_xent"  # multi-hot i21k labels, as configs/vit_i21k.py
-    c.optimizer.name = "sgd"
-    c.optimizer.momentum = 0.9
-    c.optimizer.lr = 0.03 * BATCH / 256
-    c.optimizer.weight_decay = 1e-3  # BiT's coupled 1e-4 under momentum 0.9 (see above)
-    c.optimizer.grad_clip_norm = 0.0
-    c.optimizer.warmup_steps = 5_000
-    c.optimizer.schedule = "staircase"
-    c.optimizer.staircase_at = tuple(e / 90 for e in (30, 60, 80))  # of a 90-epoch run; scaled with `epochs`
-    c.optimizer.staircase_factor = 0.1
-    c.log_every_steps = 100
-    c.eval.every_steps = 10_000
-    c.checkpoint.every_steps = 2_000
-    c.checkpoint.keep = 3
-    c.checkpoint.keep_every_steps = 50_000
+    # ImageNet-21k at 224 px, batch 4096, sigmoid cross-entropy on the multi-hot labels, bf16 compute.
+    c = _vit_i21k().get_config(f"variant={a['variant']},epochs={a['epochs']}")
+    o = c.optimizer
+    o.name, o.momentum = "sgd", 0.9
+    o.lr = 0.03 * c.batch_size / 256
+    o.weight_decay = 1e-3  # BiT's coupled 1e-4 under momentum 0.9 (see above)
+    o.grad_clip_norm = 0.0
+    o.warmup_steps = 5_000
+    o.schedule = "staircase"
+    o.staircase_at = tuple(e / 90 for e in (30, 60, 80))  # of a 90-epoch run; scaled with `epochs`
+    o.staircase_factor = 0.1
     return c

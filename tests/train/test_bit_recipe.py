@@ -31,7 +31,7 @@ def test_bit_i21k_is_bits_upstream_recipe():
     c = load("bit_i21k").get_config("variant=BiT-R101x3")
     validate(c)
     cfg = model_config(c, num_classes=21843)
-    assert isinstance(cfg, BiTConfig) and cfg.name == "BiT-R101x3"
+    assert isinstance(cfg, BiTConfig) and cfg.name == "BiT-R101x3" and c.data.name == "imagenet21k/fall11"
     o = c.optimizer
     assert (o.name, o.momentum, c.batch_size, o.lr, o.warmup_steps, o.grad_clip_norm) == ("sgd", 0.9, 4096, 0.48,
                                                                                          5000, 0.0)
