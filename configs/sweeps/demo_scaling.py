@@ -5,8 +5,9 @@ model itself, 4 blocks of width 128; all on 4x4 patches of the demo's 16x16 imag
 BiT ResNet-v2 of two one-unit stages (BiT-R1-1x1) and a hybrid (a one-unit BiT stem, /4, under a 2-block width-64
 ViT on its 4x4 feature map) at the shorter one: eight runs of configs/demo.py, all with the demo's recipe (Adam, as
 the paper trained its ResNets), that together finish in well under 15 minutes on 2 CPU cores (most of each run is
-start-up, compilation and evaluation). The ResNet and the hybrid run one length only to keep the sweep short: at 5
-epochs they are already within a few points of their 15-epoch accuracy (docs/sweeps.md).
+start-up, compilation and evaluation). The ResNet and the hybrid run one length only, to keep the sweep within a
+third more time than the ViT-only one (at 15 epochs, measured once: BiT 98.9% test top-1 against 98.3% at 5, the
+hybrid 96.7% against 89.2%).
 
     vit-jax sweep run configs/sweeps/demo_scaling.py --root workdirs/demo_scaling
     vit-jax sweep report workdirs/demo_scaling                  # or --metric fewshot/digits/5shot
