@@ -20,7 +20,7 @@ import importlib.util
 from pathlib import Path
 
 from vit_jax.models.bit_config import is_bit_name
-from vit_jax.train.config import parse_config_args
+from vit_jax.train.config import ConfigError, parse_config_args
 
 
 def _vit_i21k():
@@ -35,7 +35,7 @@ def _vit_i21k():
 def get_config(arg=None):
     a = parse_config_args(arg, {"variant": "BiT-R50x1", "epochs": "90"})
     if not is_bit_name(a["variant"]):
-        raise ValueError(f"variant={a['variant']} is not a BiT ResNet (e.g. BiT-R50x1, BiT-R152x2): ViTs train with "
+        raise ConfigError(f"variant={a['variant']} is not a BiT ResNet (e.g. BiT-R50x1, BiT-R152x2): ViTs train with "
                          "configs/vit_i21k.py")
     # ImageNet-21k at 224 px, batch 4096, sigmoid cross-entropy on the multi-hot labels, bf16 compute.
     c = _vit_i21k().get_config(f"variant={a['variant']},epochs={a['epochs']}")

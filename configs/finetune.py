@@ -26,7 +26,7 @@ Target topology (TARGETS below; compiled by the TPU compiler in benchmarks/prefl
 docs/BENCHMARKS.md): B/16 at 384 px on TPU v3-32 (v3:4x4).
 """
 
-from vit_jax.train.config import default_config, parse_config_args
+from vit_jax.train.config import ConfigError, default_config, parse_config_args
 
 DATASETS = {  # name: (train split, eval split, steps, default lr)
     "imagenet2012": ("train", "validation", 20_000, 0.03),
@@ -60,7 +60,7 @@ def bit_hyperrule(train_examples: int, image_px: int) -> dict:
     (resize, then random crop, in pixels) and mixup_alpha.
     """
     if train_examples < 1 or image_px < 1:
-        raise ValueError(f"BiT-HyperRule needs a positive dataset size and image size, got {train_examples}, "
+        raise ConfigError(f"BiT-HyperRule needs a positive dataset size and image size, got {train_examples}, "
                          f"{image_px}")
     if train_examples < 20_000:
         supports = (100, 200, 300, 400, 500)  # warmup end, three decays, end of training
@@ -108,7 +108,7 @@ def get_config(arg=None):
     if a["hyperrule"] == "bit":
         _apply_bit_hyperrule(c, a)
     elif a["hyperrule"]:
-        raise ValueError(f"hyperrule={a['hyperrule']}: the only rule is 'bit' (BiT-HyperRule)")
+        raise ConfigError(f"hyperrule={a['hyperrule']}: the only rule is 'bit' (BiT-HyperRule)")
     c.log_every_steps = 50
     c.eval.every_steps = max(c.total_steps // 10, 50)
     c.checkpoint.every_steps = max(c.total_steps // 10, 50)
@@ -118,7 +118,7 @@ def get_config(arg=None):
 def _apply_bit_hyperrule(c, a: dict) -> None:
     known = DATASET_SIZES.get(a["dataset"])
     if not (a["train_examples"] and a["image_px"]) and known is None:
-        raise ValueError(f"hyperrule=bit on {a['dataset']}: give its size, e.g. train_examples=12000,image_px=224 "
+        raise ConfigError(f"hyperrule=bit on {a['dataset']}: give its size, e.g. train_examples=12000,image_px=224 "
                          f"(built in: {', '.join(DATASET_SIZES)})")
     examples = int(a["train_examples"] or known[0])
     image_px = int(a["image_px"] or known[1])

@@ -40,7 +40,7 @@ def test_bit_i21k_is_bits_upstream_recipe():
     f = make_schedule(o, d.total_steps, d.warmup_steps)
     at = {e: float(f(int(e * d.steps_per_epoch) + 1)) for e in (20, 40, 70, 85)}
     assert at == pytest.approx({20: 0.48, 40: 0.048, 70: 0.0048, 85: 0.00048})
-    with pytest.raises(ValueError, match="not a BiT ResNet"):
+    with pytest.raises(ConfigError, match="not a BiT ResNet"):
         load("bit_i21k").get_config("variant=B/16")
 
 
@@ -65,7 +65,7 @@ def test_bit_hyperrule_by_dataset_size(dataset, steps, warmup, decays, precrop, 
 
 def test_bit_hyperrule_of_other_datasets_needs_their_size():
     ft = load("finetune")
-    with pytest.raises(ValueError, match="give its size, e.g. train_examples="):
+    with pytest.raises(ConfigError, match="give its size, e.g. train_examples="):
         ft.get_config("dataset=folder:/photos,variant=BiT-R50x1,hyperrule=bit")
     c = ft.get_config("dataset=folder:/photos,variant=BiT-R50x1,hyperrule=bit,train_examples=25000,image_px=64")
     assert (c.total_steps, c.model.image_size, c.loss.mixup_alpha) == (10_000, 128, 0.1)
