@@ -2,7 +2,7 @@
 
     python -m vit_jax.main --config=configs/finetune.py:dataset=cifar10,init=ViT-B_16.npz --workdir=...
     args: dataset=NAME, init=PATH, variant= (empty: the architecture of init), lr=, resolution=384, steps=,
-          train_split=, eval_split=
+          train_split=, eval_split=, hyperrule= (bit: BiT-HyperRule, below), train_examples=, image_px=
 
 dataset: any dataset vit_jax reads (digits, folder:/path, imagenet21k, any TFDS name); the paper's five below come
 with its step counts and learning rates, any other gets 500 steps at lr 0.003 on train/test unless given.
@@ -14,11 +14,19 @@ and Flowers. The paper picks the learning rate from {0.001, 0.003, 0.01, 0.03} (
 0.06}) on a held-out split: configs/sweeps/finetune_lr.py runs that grid. Expected (paper Table 2, ViT-B/16 from
 ImageNet-21k, 384 px): CIFAR-10 98.95%, CIFAR-100 91.67%, Pets 94.43%, Flowers 99.38%, ImageNet 83.97%.
 
+BiT-HyperRule (`hyperrule=bit`; Kolesnikov et al., 2020, "Big Transfer" §3.3, and its release's bit_hyperrule.py),
+the fine-tuning rule of the BiT ResNets: SGD momentum 0.9, batch 512, lr 0.003, no weight decay, no clipping; the
+schedule length by training-set size (< 20k examples: 500 steps, < 500k: 10k, else 20k) with a linear warmup (100,
+500, 500 steps) and the lr divided by 10 at the release's boundaries (200/300/400 of 500 steps; 30%, 60%, 90% of the
+longer schedules); resolution by image area (< 96x96 px: resize to 160, random 128 crop; else resize to 448,
+random 384 crop; evaluation resizes to the crop size); MixUp with alpha 0.1 from 20k examples on. The sizes of the
+datasets in DATASET_SIZES are built in; for others give `train_examples=N,image_px=SIDE`.
+
 Target topology (TARGETS below; compiled by the TPU compiler in benchmarks/preflight_configs.py, table in
 docs/BENCHMARKS.md): B/16 at 384 px on TPU v3-32 (v3:4x4).
 """
 
-from vit_jax.train.config import default_config, parse_config_args
+from vit_jax.train.config import ConfigError, default_config, parse_config_args
 
 DATASETS = {  # name: (train split, eval split, steps, default lr)
     "imagenet2012": ("train", "validation", 20_000, 0.03),
@@ -33,11 +41,43 @@ DEFAULT_LR_GRID = (0.001, 0.003, 0.01, 0.03)
 
 
 OTHER_DATASET = ("train", "test", 500, 0.003)
+# BiT-HyperRule inputs: training examples and (typical) image size of the source images. TFDS train splits; digits
+# is the embedded scikit-learn set (8x8 scans stored at 32x32).
+DATASET_SIZES = {
+    "imagenet2012": (1_281_167, 224),
+    "cifar10": (50_000, 32),
+    "cifar100": (50_000, 32),
+    "oxford_iiit_pet": (3_680, 224),
+    "oxford_flowers102": (1_020, 224),
+    "digits": (1_437, 32),
+}
+
+
+def bit_hyperrule(train_examples: int, image_px: int) -> dict:
+    """BiT-HyperRule's fine-tuning settings for a dataset of `train_examples` images of about image_px x image_px.
+
+    Returns steps, warmup_steps, staircase_at (fractions of steps where the lr is divided by 10), precrop and crop
+    (resize, then random crop, in pixels) and mixup_alpha.
+    """
+    if train_examples < 1 or image_px < 1:
+        raise ConfigError(f"BiT-HyperRule needs a positive dataset size and image size, got {train_examples}, "
+                         f"{image_px}")
+    if train_examples < 20_000:
+        supports = (100, 200, 300, 400, 500)  # warmup end, three decays, end of training
+    elif train_examples < 500_000:
+        supports = (500, 3_000, 6_000, 9_000, 10_000)
+    else:
+        supports = (500, 6_000, 12_000, 18_000, 20_000)
+    precrop, crop = (160, 128) if image_px * image_px < 96 * 96 else (448, 384)
+    return dict(steps=supports[-1], warmup_steps=supports[0],
+                staircase_at=tuple(s / supports[-1] for s in supports[1:4]),
+                precrop=precrop, crop=crop, mixup_alpha=0.0 if train_examples < 20_000 else 0.1)
 
 
 def get_config(arg=None):
     a = parse_config_args(arg, {"dataset": "cifar10", "init": "", "variant": "", "lr": "", "resolution": "384",
-                                "steps": "", "train_split": "", "eval_split": ""})
+                                "steps": "", "train_split": "", "eval_split": "", "hyperrule": "",
+                                "train_examples": "", "image_px": ""})
     train_split, eval_split, steps, lr = DATASETS.get(a["dataset"], OTHER_DATASET)
     train_split, eval_split = a["train_split"] or train_split, a["eval_split"] or eval_split
     steps = int(a["steps"] or steps)
@@ -65,7 +105,32 @@ def get_config(arg=None):
     c.optimizer.grad_clip_norm = 1.0
     c.optimizer.warmup_steps = min(500, steps // 10)
     c.optimizer.schedule = "cosine"
+    if a["hyperrule"] == "bit":
+        _apply_bit_hyperrule(c, a)
+    elif a["hyperrule"]:
+        raise ConfigError(f"hyperrule={a['hyperrule']}: the only rule is 'bit' (BiT-HyperRule)")
     c.log_every_steps = 50
-    c.eval.every_steps = max(steps // 10, 50)
-    c.checkpoint.every_steps = max(steps // 10, 50)
+    c.eval.every_steps = max(c.total_steps // 10, 50)
+    c.checkpoint.every_steps = max(c.total_steps // 10, 50)
     return c
+
+
+def _apply_bit_hyperrule(c, a: dict) -> None:
+    known = DATASET_SIZES.get(a["dataset"])
+    if not (a["train_examples"] and a["image_px"]) and known is None:
+        raise ConfigError(f"hyperrule=bit on {a['dataset']}: give its size, e.g. train_examples=12000,image_px=224 "
+                         f"(built in: {', '.join(DATASET_SIZES)})")
+    examples = int(a["train_examples"] or known[0])
+    image_px = int(a["image_px"] or known[1])
+    rule = bit_hyperrule(examples, image_px)
+    c.total_steps = int(a["steps"] or rule["steps"])
+    c.model.image_size = rule["crop"]
+    c.data.pp_train = f"decode|resize({rule['precrop']})|random_crop({rule['crop']})|flip_lr|value_range(-1,1)"
+    c.data.pp_eval = f"decode|resize({rule['crop']})|value_range(-1,1)"
+    c.optimizer.lr = float(a["lr"] or 0.003)
+    c.optimizer.grad_clip_norm = 0.0
+    c.optimizer.warmup_steps = rule["warmup_steps"]
+    c.optimizer.schedule = "staircase"
+    c.optimizer.staircase_at = rule["staircase_at"]
+    c.optimizer.staircase_factor = 0.1
+    c.loss.mixup_alpha = rule["mixup_alpha"]

@@ -1,7 +1,7 @@
 """ImageNet-21k pretraining as in the ViT paper (Dosovitskiy et al., 2021), Table 3 and §4.1.
 
     python -m vit_jax.main --config=configs/vit_i21k.py:variant=B/16 --workdir=gs://bucket/vit_b16_i21k
-    args: variant=B/16|B/32|L/16|L/32|H/14|R50+B/16, epochs=90 (B) / 30 or 90 (L), loss=sigmoid|softmax
+    args: variant=B/16|B/32|L/16|L/32|H/14|R50+B/16|BiT-R50x1|..., epochs=90 (B) / 30 or 90 (L), loss=sigmoid|softmax
 
 Recipe (Table 3, ImageNet-21k rows): Adam (b1 0.9, b2 0.999), batch 4096, lr 1e-3, weight decay 0.03, dropout 0.1,
 global-norm clipping at 1, 10k linear warmup steps then linear decay, 224 px, a pre-logits (representation) layer of
@@ -17,9 +17,16 @@ Target topologies (TARGETS below; each variant's train and eval steps are compil
 in benchmarks/preflight_configs.py, table in docs/BENCHMARKS.md): B/32, B/16 and R50+B/16 on TPU v3-128 (v3:8x8),
 L/32 and L/16 on v3-256 (v3:8x16), H/14 on v3-512 (v3:16x16), g/14 on v3-1024 (v3:16x32).
 
+A BiT ResNet variant (`variant=BiT-R152x2`) trains with the same recipe, as the ViT paper trained its ResNet baselines
+(Adam, Appendix D.1; configs/sweeps/paper_scaling.py): it takes only the resolution and compute dtype from here (it
+has no pre-logits layer, dropout or scan, and its head bias starts at 0 with `loss=sigmoid`). BiT's own SGD recipe
+is configs/bit_i21k.py.
+
 Weight decay follows optax's decoupled convention (added to the update and scaled by the learning-rate schedule).
 """
 
+from vit_jax.models import parse_variant
+from vit_jax.models.bit_config import is_bit_name
 from vit_jax.train.config import default_config, parse_config_args
 
 WIDE = ("L/", "H/", "g/", "G/")  # scanned, rematerialised, FSDP-sharded
@@ -35,16 +42,10 @@ def get_config(arg=None):
     v = a["variant"]
     c.model.variant = v
     c.model.image_size = 224
-    c.model.pool = "token"
-    c.model.rep_size = -1  # replaced below by the model width (the paper's pretraining head)
-    c.model.dropout = 0.1
     c.model.dtype = "bfloat16"
-    # Deep models: one compiled block scanned over depth, and rematerialised activations.
-    c.model.scan = any(v.split("+")[-1].startswith(w) for w in WIDE)  # R50+L/16: the ViT part decides
-    c.model.remat = "dots_no_batch" if c.model.scan else "none"
-    from vit_jax.models import parse_variant
-
-    c.model.rep_size = parse_variant(v)["width"]
+    bit = is_bit_name(v)
+    if not bit:
+        _vit_model(c, v)
     c.data.name = "imagenet21k/fall11"
     c.data.train_split, c.data.eval_split = "train", "validation"
     c.data.pp_train = "decode_jpeg_and_inception_crop(224)|flip_lr|value_range(-1,1)"
@@ -61,7 +62,7 @@ def get_config(arg=None):
     c.optimizer.mu_dtype = "bfloat16" if v.split("+")[-1].startswith(HUGE) else "float32"
     if a["loss"] == "sigmoid":
         c.loss.kind = "sigmoid_xent"
-        c.model.head_bias_init = -10.0
+        c.model.head_bias_init = 0.0 if bit else -10.0
     elif a["loss"] == "softmax":
         c.loss.kind = "softmax_xent"
     else:
@@ -73,3 +74,13 @@ def get_config(arg=None):
     c.checkpoint.keep = 3
     c.checkpoint.keep_every_steps = 50_000
     return c
+
+
+def _vit_model(c, v: str) -> None:
+    """The ViT (and hybrid) settings of the recipe: pre-logits layer, dropout, scan + remat for the deep ones."""
+    c.model.pool = "token"
+    c.model.dropout = 0.1
+    # Deep models: one compiled block scanned over depth, and rematerialised activations.
+    c.model.scan = any(v.split("+")[-1].startswith(w) for w in WIDE)  # R50+L/16: the ViT part decides
+    c.model.remat = "dots_no_batch" if c.model.scan else "none"
+    c.model.rep_size = parse_variant(v)["width"]  # the paper's pretraining head

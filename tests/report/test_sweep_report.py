@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from vit_jax.report.pareto import paper_rows, pareto_frontier
+from vit_jax.report.pareto import paper_rows, pareto_frontier, sweep_rows
+from vit_jax.report.sweep_figures import data_size_figure, pareto_figure
+from vit_jax.report.sweep_report import write_report
+from vit_jax.sweep.runs import read_sweep_root
 from vit_jax.commands import sweep as cli
 
 # name -> (exaFLOPs, top1, 5-shot, family). Dominated in top1 by construction: 'slow-worse' (more compute than
@@ -72,6 +75,7 @@ def test_report_marks_frontier_sorts_by_compute_and_writes_files(sweep_root, cap
     for name in ("pareto.png", "curves.png", "report.md", "report.html", "results.csv"):
         assert (out / name).stat().st_size > 0, name
     assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "data.png").exists()  # one training-set size: no accuracy-against-data figure
     rows = read_csv(out / "results.csv")
     assert {r["run"] for r in rows if r["pareto"] == "*"} == FRONTIER
     flops = [float(r["exaFLOPs"]) for r in rows]
@@ -98,7 +102,8 @@ def test_compare_paper_adds_table6_rows(sweep_root):
     assert cli.main(["report", str(sweep_root), "--compare-paper"]) == 0
     rows = read_csv(sweep_root / "report" / "results.csv")
     paper = [r for r in rows if r["source"] == "paper"]
-    assert len(paper) == len(paper_rows()) == 8
+    assert len(paper) == len(paper_rows()) == 18
+    assert {r.family for r in paper_rows()} == {"ViT", "ResNet", "Hybrid"}
     h14 = next(r for r in paper if r["model"] == "ViT-H/14")
     assert h14["exaFLOPs"] == "4262" and h14["paper: ImageNet top-1 (fine-tuned) [%]"] == "88.08"
     assert h14["pareto"] == ""  # paper rows are not part of the sweep's frontier
@@ -200,3 +205,48 @@ def test_a_finetune_root_that_matches_no_run_is_reported(sweep_root, tmp_path):
     assert cli.main(["report", str(sweep_root), "--finetune-root", str(ft)]) == 0
     md = (sweep_root / "report" / "report.md").read_text()
     assert "no finished fine-tuning run in" in md and "starts from a run of" in md
+
+
+def test_pareto_chart_colours_the_three_families_as_figure_5(tmp_path):
+    root = tmp_path / "families"
+    for name, family, exaflops, top1 in (("vit", "ViT", 1.0, 0.7), ("bit", "ResNet", 2.0, 0.6),
+                                         ("hybrid", "Hybrid", 3.0, 0.8), ("bit-big", "ResNet", 4.0, 0.75)):
+        write_run(root, name, exaflops, top1, 0.5, family)
+    states, _ = read_sweep_root(root)
+    fig = pareto_figure(sweep_rows(states, "eval/top1"), "eval/top1", "device-days", tmp_path / "p.png", paper_rows())
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    families = ["Hybrid", "ResNet (BiT)", "Transformer (ViT)"]
+    assert [label for label in labels if label in families] == families
+    assert sorted(label for label in labels if label.startswith("paper Table 6: ")) == \
+        [f"paper Table 6: {f}" for f in families]
+    # Our runs: one filled collection per family, three distinct colours; the paper's 18 rows: hollow markers.
+    filled = {tuple(c.get_facecolor()[0]) for c in ax.collections if c.get_label() in families}
+    assert len(filled) == 3
+    hollow = [c for c in ax.collections if c.get_label().startswith("paper Table 6")]
+    assert len(hollow) == len(paper_rows()) == 18
+    assert len({tuple(c.get_edgecolor()[0]) for c in hollow}) == 3
+
+
+def test_data_size_sweep_gets_accuracy_against_training_set_size(tmp_path):
+    root = tmp_path / "fractions"
+    for model, family, accs in (("vit", "ViT", (0.3, 0.6, 0.9)), ("bit", "ResNet", (0.8, 0.85, 0.95))):
+        for examples, top1 in zip((144, 431, 1437), accs):
+            name = f"{model}-{examples}"
+            write_run(root, name, 1.0, top1, 0.5, family)
+            summary_path = root / name / "summary.json"
+            summary = json.loads(summary_path.read_text())
+            summary["model"]["name"] = model
+            summary["dataset"] = {"name": "digits", "train_examples": examples}
+            summary_path.write_text(json.dumps(summary))
+    paths = write_report(str(root))
+    assert (root / "report" / "data.png") in paths and (root / "report" / "data.png").stat().st_size > 0
+    assert "![data](data.png)" in (root / "report" / "report.md").read_text()
+    assert (root / "report" / "report.html").read_text().count("data:image/png;base64,") == 3
+    states, _ = read_sweep_root(root)
+    fig = data_size_figure(sweep_rows(states, "eval/top1"), "eval/top1", tmp_path / "d.png")
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert sorted(lines) == ["bit (ResNet (BiT))", "vit (Transformer (ViT))"]
+    assert list(lines["vit (Transformer (ViT))"].get_xdata()) == [144, 431, 1437]
+    assert list(lines["bit (ResNet (BiT))"].get_ydata()) == pytest.approx([80.0, 85.0, 95.0])
+    assert paths[-3:] == [root / "report" / f for f in ("report.md", "report.html", "results.csv")]

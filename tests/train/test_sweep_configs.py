@@ -22,7 +22,7 @@ flags.FLAGS(["vit_jax.main", *sys.argv[1:]])
 print(json.dumps(main._CONFIG.value.to_dict(), default=list))
 """
 
-SWEEPS = ["configs/sweeps/demo_scaling.py", "configs/sweeps/paper_scaling.py",
+SWEEPS = ["configs/sweeps/demo_scaling.py", "configs/sweeps/paper_scaling.py", "configs/sweeps/data_fraction.py",
           "configs/sweeps/finetune_lr.py:imagenet2012,/ckpt.npz", "configs/sweeps/finetune_lr.py:oxford_iiit_pet,"]
 
 
@@ -34,8 +34,11 @@ def resolved(sweep, run):
 
 def test_paper_sweep_sizes_every_model_from_its_own_variant(monkeypatch):
     """vit_i21k derives the pre-logits size, scan/remat, FSDP and the first-moment dtype from its `variant`
-    argument: each run must get its own model's values, not the base variant's."""
+    argument: each run must get its own model's values, not the base variant's. Its BiT ResNets get none of the
+    ViT options (which would be a config error for them) and build as BiT ResNets."""
     from vit_jax.models import parse_variant
+    from vit_jax.models.bit_config import BiTConfig, is_bit_name
+    from vit_jax.train.config import model_config
 
     monkeypatch.chdir(ROOT)
     sweep = load_sweep("configs/sweeps/paper_scaling.py")
@@ -44,11 +47,21 @@ def test_paper_sweep_sizes_every_model_from_its_own_variant(monkeypatch):
         c = resolved(sweep, run)
         variant = c.model.variant
         seen.add(variant)
+        if is_bit_name(variant):
+            cfg = model_config(c, 21843)
+            assert isinstance(cfg, BiTConfig) and cfg.name == variant and cfg.dtype == "bfloat16", run.name
+            assert not c.model.scan and c.mesh.fsdp == 1 and c.optimizer.name == "adamw", run.name
+            continue
         assert c.model.rep_size == parse_variant(variant)["width"], run.name
         deep = variant.split("+")[-1][0] in "LH"
         assert c.model.scan == deep and c.mesh.fsdp == (8 if deep else 1), run.name
         assert c.optimizer.mu_dtype == ("bfloat16" if variant.startswith("H/") else "float32"), run.name
     assert {"B/32", "B/16", "L/32", "L/16", "H/14", "R50+B/16", "R50+L/16"} <= seen
+    # Table 6's ResNet rows, each at 7 and 14 epochs.
+    bits = {"BiT-R50x1", "BiT-R50x2", "BiT-R101x1", "BiT-R152x1", "BiT-R152x2", "BiT-R200x3"}
+    assert bits <= seen
+    assert sorted((r.config(sweep.base).split("variant=")[1], r.overrides["total_epochs"]) for r in sweep.runs
+                  if "BiT" in r.name) == sorted((b, e) for b in bits for e in (7, 14))
 
 
 @pytest.mark.parametrize("spec", SWEEPS)

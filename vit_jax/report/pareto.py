@@ -45,6 +45,7 @@ class Row:
     device_days: float | None = None
     img_per_sec: float | None = None
     mfu: float | None = None
+    train_examples: int | None = None  # size of the training set the run used (after data.fraction)
     accuracy: dict[str, float] = dataclasses.field(default_factory=dict)
     pareto: bool = False
 
@@ -134,7 +135,8 @@ def sweep_rows(states: list[RunState], metric: str, device_key: str = "device_da
         rows.append(Row(source="sweep", run=s.name, model=name, family=str(model.get("family") or family_of(name)),
                         epochs=_num(summary.get("epochs")), steps=s.steps, params=model.get("params"),
                         exaflops=s.exaflops, device_days=_num(compute.get(device_key)),
-                        img_per_sec=_num(compute.get("img_per_sec")), mfu=_num(compute.get("mfu")), accuracy=accuracy))
+                        img_per_sec=_num(compute.get("img_per_sec")), mfu=_num(compute.get("mfu")),
+                        train_examples=nested_get(summary, "dataset", "train_examples"), accuracy=accuracy))
     mark_frontier(rows, metric)
     return sort_by_compute(rows)
 
@@ -161,7 +163,7 @@ def paper_rows() -> list[Row]:
     rows = []
     for rec in csv.DictReader(io.StringIO("\n".join(lines))):
         model = rec["model"].strip()
-        rows.append(Row(source="paper", run="paper", model=model, family=family_of(model),
+        rows.append(Row(source="paper", run="paper", model=model, family=rec["family"].strip(),
                         epochs=float(rec["epochs"]), exaflops=float(rec["pretrain_exaflops"]),
                         accuracy={PAPER_METRIC: float(rec["imagenet_top1"])}))
     return rows

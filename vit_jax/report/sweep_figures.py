@@ -3,21 +3,25 @@ training progress per run (curves.png)."""
 
 from __future__ import annotations
 
+from matplotlib.figure import Figure
+
 from vit_jax.report.pareto import PAPER_METRIC, Row, pareto_frontier
 from vit_jax.report.plotting import new_figure, save_figure
 from vit_jax.sweep.runs import RunState
 
-STYLE = {  # family -> (marker, colour)
-    "ViT": ("o", "tab:blue"),
-    "Hybrid": ("s", "tab:orange"),
-    "ResNet": ("^", "tab:green"),
+# family (summary.json model.family) -> (marker, colour, legend label). The labels are Figure 5's of the ViT paper,
+# which draws the three families of its Table 6 in three colours on the compute axis.
+STYLE = {
+    "ViT": ("o", "tab:blue", "Transformer (ViT)"),
+    "ResNet": ("^", "tab:green", "ResNet (BiT)"),
+    "Hybrid": ("s", "tab:orange", "Hybrid"),
 }
 PROGRESS = {"examples": ("examples_seen", "examples seen"), "epochs": ("epoch", "epochs"),
             "steps": ("step", "steps"), "exaflops": ("exaflops", "training compute [exaFLOPs]")}
 
 
-def _style(family: str) -> tuple[str, str]:
-    return STYLE.get(family, ("D", "tab:purple"))
+def _style(family: str) -> tuple[str, str, str]:
+    return STYLE.get(family, ("D", "tab:purple", family))
 
 
 def _short(row: Row) -> str:
@@ -30,10 +34,10 @@ def _panel(ax, rows: list[Row], cost_of, metric: str, xlabel: str, paper: list[R
     points = [(cost_of(r), r.accuracy[metric], r) for r in rows
               if cost_of(r) is not None and cost_of(r) > 0 and metric in r.accuracy]
     for family in sorted({r.family for _, _, r in points}):
-        marker, colour = _style(family)
+        marker, colour, label = _style(family)
         xs = [c for c, _, r in points if r.family == family]
         ys = [a for _, a, r in points if r.family == family]
-        ax.scatter(xs, ys, marker=marker, color=colour, s=40, label=family, zorder=3)
+        ax.scatter(xs, ys, marker=marker, color=colour, s=40, label=label, zorder=3)
     for c, a, r in points:
         ax.annotate(_short(r), (c, a), textcoords="offset points", xytext=(4, 4), fontsize=6, color="0.3")
     if points:
@@ -45,9 +49,9 @@ def _panel(ax, rows: list[Row], cost_of, metric: str, xlabel: str, paper: list[R
         ax.scatter([c for c, _ in front], [a for _, a in front], s=120, facecolors="none", edgecolors="black",
                    lw=1, zorder=4)
     for r in paper:
-        marker, colour = _style(r.family)
+        marker, colour, label = _style(r.family)
         ax.scatter([r.exaflops], [r.accuracy[PAPER_METRIC]], marker=marker, facecolors="none", edgecolors=colour,
-                   s=40, zorder=3, label=f"paper Table 6 {r.family}")
+                   s=40, zorder=3, label=f"paper Table 6: {label}")
         ax.annotate(_short(r), (r.exaflops, r.accuracy[PAPER_METRIC]), textcoords="offset points", xytext=(4, -8),
                     fontsize=6, color=colour)
     if not points and not paper:
@@ -66,8 +70,11 @@ def _panel(ax, rows: list[Row], cost_of, metric: str, xlabel: str, paper: list[R
     ax.grid(True, alpha=0.3)
 
 
-def pareto_figure(rows: list[Row], metric: str, device_label: str, path, paper: list[Row] = ()) -> None:
-    """pareto.png: accuracy vs pretraining exaFLOPs (paper points optional) and vs device time."""
+def pareto_figure(rows: list[Row], metric: str, device_label: str, path, paper: list[Row] = ()) -> Figure:
+    """pareto.png: accuracy vs pretraining exaFLOPs (paper points optional) and vs device time.
+
+    One marker and colour per model family (ViT, ResNet, Hybrid), as the paper's Figure 5; returns the figure drawn.
+    """
     fig = new_figure(12, 5)
     ax1, ax2 = fig.subplots(1, 2)
     _panel(ax1, rows, lambda r: r.exaflops, metric, "pretraining compute [exaFLOPs]", paper)
@@ -75,6 +82,31 @@ def pareto_figure(rows: list[Row], metric: str, device_label: str, path, paper: 
         ax1.set_title(f"sweep: {metric}; ViT paper Table 6: ImageNet top-1 after fine-tuning", fontsize=9)
     _panel(ax2, rows, lambda r: r.device_days, metric, f"pretraining compute [{device_label}]")
     save_figure(fig, path)
+    return fig
+
+
+def data_size_figure(rows: list[Row], metric: str, path) -> Figure:
+    """data.png: accuracy against the size of the training set, one line per model coloured by family (the shape of
+    the paper's Figures 3 and 4: which family wins on small data, and where the other overtakes it)."""
+    fig = new_figure(7, 5)
+    ax = fig.subplots()
+    points = [r for r in rows if r.train_examples and metric in r.accuracy]
+    for model in sorted({r.model for r in points}):
+        mine = sorted((r.train_examples, r.accuracy[metric], r.family) for r in points if r.model == model)
+        marker, colour, label = _style(mine[0][2])
+        ax.plot([n for n, _, _ in mine], [a for _, a, _ in mine], marker=marker, color=colour,
+                label=f"{model} ({label})")
+    if points:
+        ax.set_xscale("log")
+        ax.legend(fontsize=7, loc="lower right")
+    else:
+        ax.text(0.5, 0.5, f"no finished run reports {metric}", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("training examples")
+    ax.set_ylabel(f"{metric} [%]")
+    ax.set_title(f"{metric} against training-set size", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    save_figure(fig, path)
+    return fig
 
 
 def curves_figure(states: list[RunState], metric: str, progress: str, path) -> None:

@@ -11,7 +11,7 @@ import time
 
 from vit_jax.report.pareto import (PAPER_METRIC, Row, accuracy_keys, device_time_unit, finetune_accuracy, paper_rows,
                                    sort_by_compute, sweep_rows)
-from vit_jax.report.sweep_figures import curves_figure, pareto_figure
+from vit_jax.report.sweep_figures import curves_figure, data_size_figure, pareto_figure
 from vit_jax.sweep.runs import RunState, as_path, read_sweep_root
 
 
@@ -112,6 +112,10 @@ def write_report(root: str, *, metric: str = "eval/top1", compare_paper: bool = 
     pareto_path, curves_path = out / "pareto.png", out / "curves.png"
     pareto_figure(rows, metric, device_label, pareto_path, paper)
     curves_figure(states, metric, progress, curves_path)
+    figures = {"Accuracy against compute": pareto_path, "Training curves": curves_path}
+    if len({r.train_examples for r in rows if r.train_examples}) > 1:  # a data-size sweep (data.fraction)
+        figures["Accuracy against training-set size"] = out / "data.png"
+        data_size_figure(rows, metric, figures["Accuracy against training-set size"])
 
     header, cells = table(all_rows, acc_keys, device_label)
     csv_path = out / "results.csv"
@@ -134,12 +138,11 @@ def write_report(root: str, *, metric: str = "eval/top1", compare_paper: bool = 
     md = [f"# {title}", "", *[p + "\n" for p in intro], _markdown_table(header, cells), ""]
     if incomplete:
         md += ["## Runs not in the table", "", *[f"- {x}" for x in incomplete], ""]
-    md += ["## Accuracy against compute", "", "![pareto](pareto.png)", "",
-           "## Training curves", "", "![curves](curves.png)", ""]
+    for name, path in figures.items():
+        md += [f"## {name}", "", f"![{path.stem}]({path.name})", ""]
     md_path = out / "report.md"
     md_path.write_text("\n".join(md))
     html_path = out / "report.html"
-    html_path.write_text(_html(title, intro, header, cells, {
-        "Accuracy against compute": pareto_path.read_bytes(), "Training curves": curves_path.read_bytes()},
-        incomplete))
-    return [pareto_path, curves_path, md_path, html_path, csv_path]
+    html_path.write_text(_html(title, intro, header, cells, {name: path.read_bytes() for name, path in figures.items()},
+                               incomplete))
+    return [*figures.values(), md_path, html_path, csv_path]

@@ -72,10 +72,12 @@ def default_config() -> ml_collections.ConfigDict:
         decay_mask="kernels",  # kernels | all | none: which parameters are decayed
         grad_clip_norm=1.0,  # 0 disables
         mu_dtype="float32",  # bfloat16 halves first-moment memory
-        schedule="cosine",  # cosine | linear | rsqrt | constant (after warmup)
+        schedule="cosine",  # cosine | linear | rsqrt | staircase | constant (after warmup)
         warmup_steps=0, warmup_epochs=0.0, warmup_examples=0,
         end_lr_factor=0.0,  # lr at the end of linear/cosine decay, as a fraction of lr
         rsqrt_timescale=10_000,
+        # staircase: lr *= staircase_factor at these fractions of the total steps (BiT: 30/90, 60/90, 80/90 epochs)
+        staircase_at=(), staircase_factor=0.1,
     )
     c.loss = dict(
         kind="softmax_xent",  # softmax_xent | sigmoid_xent
@@ -203,12 +205,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.batch_size % config.micro_batches:
         raise ConfigError(f"batch_size {config.batch_size} is not divisible by micro_batches {config.micro_batches}")
     choices = {"optimizer.name": ("adamw", "sgd", "adafactor"), "optimizer.schedule": ("cosine", "linear", "rsqrt",
-               "constant"), "optimizer.decay_mask": ("kernels", "all", "none"), "loss.kind": ("softmax_xent",
-               "sigmoid_xent"), "optimizer.mu_dtype": ("float32", "bfloat16"), "init.posemb_resize": ("bicubic",
-               "bilinear"), "objective": OBJECTIVES}
+               "staircase", "constant"), "optimizer.decay_mask": ("kernels", "all", "none"),
+               "loss.kind": ("softmax_xent", "sigmoid_xent"), "optimizer.mu_dtype": ("float32", "bfloat16"),
+               "init.posemb_resize": ("bicubic", "bilinear"), "objective": OBJECTIVES}
     for key, allowed in choices.items():
         if given[key] not in allowed:
             raise ConfigError(f"config key '{key}' is {given[key]!r}; choose one of {', '.join(allowed)}")
+    at = list(config.optimizer.staircase_at)
+    if config.optimizer.schedule == "staircase" and (not at or at != sorted(at) or not all(0 < f < 1 for f in at)):
+        raise ConfigError(f"optimizer.staircase_at={tuple(at)}: the staircase schedule needs increasing fractions of "
+                          "the training steps in (0, 1), e.g. (0.3, 0.6, 0.9)")
     _check_objective(config)
 
 

@@ -15,10 +15,21 @@ import optax
 
 
 def make_schedule(o: ml_collections.ConfigDict, total_steps: int, warmup_steps: int) -> optax.Schedule:
-    """Linear warmup from 0, then cosine / linear decay to `end_lr_factor * lr`, rsqrt, or constant."""
+    """Linear warmup from 0, then cosine / linear decay to `end_lr_factor * lr`, rsqrt, staircase, or constant.
+
+    staircase (BiT's schedule): the lr is multiplied by `staircase_factor` at each fraction `staircase_at` of
+    `total_steps` (counted from step 0, warmup included).
+    """
     lr, end = o.lr, o.lr * o.end_lr_factor
     decay_steps = max(total_steps - warmup_steps, 1)
-    if o.schedule == "cosine":
+    if o.schedule == "staircase":
+        # join_schedules hands the schedule after warmup its step counted from the end of warmup.
+        boundaries: dict[int, float] = {}
+        for f in o.staircase_at:
+            step = max(int(round(f * total_steps)) - warmup_steps, 1)
+            boundaries[step] = boundaries.get(step, 1.0) * o.staircase_factor
+        after = optax.piecewise_constant_schedule(lr, boundaries)
+    elif o.schedule == "cosine":
         after = optax.cosine_decay_schedule(lr, decay_steps, alpha=o.end_lr_factor)
     elif o.schedule == "linear":
         after = optax.linear_schedule(lr, end, decay_steps)
