@@ -78,6 +78,9 @@ def default_config() -> ml_collections.ConfigDict:
         rsqrt_timescale=10_000,
         # staircase: lr *= staircase_factor at these fractions of the total steps (BiT: 30/90, 60/90, 80/90 epochs)
         staircase_at=(), staircase_factor=0.1,
+        # Layer-wise lr decay (BEiT / MAE fine-tuning; train/layer_decay.py): block i of L learns at
+        # decay^(L - i) x lr, the embeddings at decay^(L + 1), the head at lr. 0 or 1: off.
+        layer_decay=0.0,
     )
     c.loss = dict(
         kind="softmax_xent",  # softmax_xent | sigmoid_xent
@@ -215,6 +218,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.optimizer.schedule == "staircase" and (not at or at != sorted(at) or not all(0 < f < 1 for f in at)):
         raise ConfigError(f"optimizer.staircase_at={tuple(at)}: the staircase schedule needs increasing fractions of "
                           "the training steps in (0, 1), e.g. (0.3, 0.6, 0.9)")
+    if not 0.0 <= config.optimizer.layer_decay <= 1.0:
+        raise ConfigError(f"optimizer.layer_decay={config.optimizer.layer_decay}: give a factor in (0, 1), e.g. 0.75 "
+                          "(0 or 1: off)")
     _check_objective(config)
 
 
@@ -232,6 +238,9 @@ def _check_objective(config: ml_collections.ConfigDict) -> None:
     if config.objective == "mae" and config.init.checkpoint:
         raise ConfigError("objective='mae' pretrains from scratch (its decoder is in no checkpoint): leave "
                           "init.checkpoint empty; fine-tune from the MAE run with objective='classification'")
+    if config.objective == "mae" and 0.0 < config.optimizer.layer_decay < 1.0:
+        raise ConfigError("optimizer.layer_decay is for fine-tuning (MAE pretrains every layer at one lr): set "
+                          "optimizer.layer_decay=0")
     if config.objective != "classification" and (config.loss.mixup_alpha or config.loss.label_smoothing):
         raise ConfigError(f"loss.mixup_alpha and loss.label_smoothing act on labels, which objective "
                           f"'{config.objective}' does not use: set them to 0")

@@ -2,6 +2,7 @@
 
 Weight decay is decoupled (AdamW): added to the update after the adaptive scaling and multiplied by the learning-rate
 schedule, the optax convention; by default only kernels (matrices) are decayed, not biases, norms, embeddings.
+Layer-wise lr decay (`layer_decay`, train/layer_decay.py) scales the final update per layer, weight decay included.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+
+from vit_jax.train.layer_decay import is_on, layer_scales, scale_by_layer
 
 
 def make_schedule(o: ml_collections.ConfigDict, total_steps: int, warmup_steps: int) -> optax.Schedule:
@@ -73,5 +76,7 @@ def make_optimizer(o: ml_collections.ConfigDict, schedule: optax.Schedule, param
         raise ValueError(f"unknown optimizer {o.name!r}")
     if o.weight_decay:
         parts.append(optax.add_decayed_weights(o.weight_decay, mask))
+    if is_on(o.layer_decay):  # off adds no transform: the optimizer state is the same as without the option
+        parts.append(scale_by_layer(layer_scales(params, o.layer_decay)))
     parts.append(optax.scale_by_learning_rate(schedule))
     return optax.chain(*parts)
