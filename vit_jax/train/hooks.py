@@ -225,9 +225,7 @@ class EvalHook(Hook):
         self.latest = {f"eval/{k}": v for k, v in result.items()}
         # The headline metric: precision@1 for sigmoid (multi-label, e.g. ImageNet-21k) training, else top-1.
         key = "eval/prec1" if self.ctx.config.loss.kind == "sigmoid_xent" else "eval/top1"
-        best = self.ctx.progress["best"]
-        if self.latest[key] >= best.get(key, -1.0):
-            best.update({key: self.latest[key], "step": step})
+        keep_best(self.ctx, step, key, self.latest[key], higher_is_better=True)
         self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
         prec = f"prec@1 {100 * result['prec1']:.2f}% | " if key == "eval/prec1" else ""
         _print(f"eval step {step}: {prec}top1 {100 * result['top1']:.2f}% | top5 {100 * result['top5']:.2f}% | "
@@ -236,6 +234,27 @@ class EvalHook(Hook):
     def finish(self, step, it):
         if self.last_step != step:
             self.run(step, it)
+
+
+@evaluator("reconstruction")
+class ReconstructionEvalHook(EvalHook):
+    """MAE's reconstruction loss on data.eval_split (every eval interval and at the end); the lowest is the best."""
+
+    def run(self, step, it):
+        result = run_eval(self.ctx)
+        self.last_step = step
+        key = "eval/reconstruction_loss"
+        self.latest = {key: result["loss"], "eval/count": result["count"]}
+        keep_best(self.ctx, step, key, result["loss"], higher_is_better=False)
+        self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
+        _print(f"eval step {step}: reconstruction loss {result['loss']:.4f} | {int(result['count'])} examples")
+
+
+def keep_best(ctx: HookContext, step: int, key: str, value: float, *, higher_is_better: bool) -> None:
+    """Records `value` (and `step`) as the run's best when it is at least as good as the best so far."""
+    best = ctx.progress["best"]
+    if key not in best or (value >= best[key] if higher_is_better else value <= best[key]):
+        best.update({key: value, "step": step})
 
 
 @evaluator("fewshot")

@@ -3,8 +3,10 @@ a batch, its loss, its evaluation step and its FLOPs. The one train step (step.p
 the sharding rules are the same for all of them.
 
 - `classification`: softmax / sigmoid cross-entropy on the labels (with label smoothing and mixup);
-- `mae`: masked autoencoder pretraining (models/mae.py); labels are not read. Its evaluator `reconstruction` reports
-  the reconstruction loss on the eval split, with masks fixed across evaluations.
+- `mae`: masked autoencoder pretraining (models/mae.py); labels are not read. Its evaluator `reconstruction`
+  (train/hooks.py) reports the reconstruction loss on the eval split, with masks fixed across evaluations.
+
+This module is part of the pure train step: it knows nothing of hooks, data pipelines or checkpoints.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from vit_jax.models.flops import Flops, mae_flops, model_flops
 from vit_jax.models.losses import LOSSES, smooth_labels
 from vit_jax.models.mae import MASK_STREAM, MAEConfig, MAEViT, masked, patch_orders, reconstruction_loss
 from vit_jax.models.vit import FunctionalViT
-from vit_jax.train import hooks as hooks_lib
 
 
 class Objective(abc.ABC):
@@ -128,21 +129,3 @@ def make_objective(config: ml_collections.ConfigDict, model_cfg: ModelConfig) ->
         return MAE(model_cfg, mae_config(config))
     return Classification(build_model(model_cfg), config.loss.kind, config.loss.label_smoothing,
                           config.loss.mixup_alpha)
-
-
-@hooks_lib.evaluator("reconstruction")
-class ReconstructionEvalHook(hooks_lib.EvalHook):
-    """MAE's reconstruction loss on data.eval_split (every eval interval and at the end); the lowest is the best."""
-
-    def run(self, step, it):
-        result = hooks_lib.run_eval(self.ctx)
-        self.last_step = step
-        key = "eval/reconstruction_loss"
-        self.latest = {key: result["loss"], "eval/count": result["count"]}
-        best = self.ctx.progress["best"]
-        if result["loss"] <= best.get(key, float("inf")):
-            best.update({key: result["loss"], "step": step})
-        self.writer.write(step, {**self.latest, **hooks_lib.progress_scalars(self.ctx, step)})
-        if jax.process_index() == 0:
-            print(f"eval step {step}: reconstruction loss {result['loss']:.4f} | {int(result['count'])} examples",
-                  flush=True)
