@@ -87,12 +87,17 @@ def default_config() -> ml_collections.ConfigDict:
         label_smoothing=0.0,
         mixup_alpha=0.0,  # > 0: mixup on device with lambda ~ Beta(alpha, alpha)
     )
-    # What the run learns (train/objectives.py): classification (the labels), or mae (masked autoencoder pretraining:
-    # labels unused; evaluate it with eval.evaluators=("reconstruction", "fewshot")).
+    # What the run learns (train/objectives.py): classification (the labels), mae (masked autoencoder pretraining:
+    # labels unused; evaluate it with eval.evaluators=("reconstruction", "fewshot")) or masked_patch_prediction (the
+    # ViT paper's self-supervision: labels unused; eval.evaluators=("masked_patch", "fewshot")).
     c.objective = "classification"
     c.mae = dict(  # objective="mae" only (models/mae.py MAEConfig; defaults: the MAE paper's)
         mask_ratio=0.75, decoder_width=512, decoder_depth=8, decoder_heads=16, decoder_mlp_dim=2048,
         norm_pix_loss=True,
+    )
+    c.mpp = dict(  # objective="masked_patch_prediction" only (models/mpp.py MPPConfig; defaults: the ViT paper's)
+        target="mean_color_3bit",  # mean_color_3bit | color_4x4_3bit | pixels_l2
+        corrupt_ratio=0.5, mask_prob=0.8, random_prob=0.1,  # of the corrupted patches: [mask], random other, kept
     )
     c.mesh = dict(data=-1, fsdp=1, tensor=1)  # -1: all remaining devices
     c.checkpoint = dict(
@@ -210,7 +215,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     choices = {"optimizer.name": ("adamw", "sgd", "adafactor"), "optimizer.schedule": ("cosine", "linear", "rsqrt",
                "staircase", "constant"), "optimizer.decay_mask": ("kernels", "all", "none"),
                "loss.kind": ("softmax_xent", "sigmoid_xent"), "optimizer.mu_dtype": ("float32", "bfloat16"),
-               "init.posemb_resize": ("bicubic", "bilinear"), "objective": OBJECTIVES}
+               "init.posemb_resize": ("bicubic", "bilinear"), "objective": OBJECTIVES,
+               "mpp.target": ("mean_color_3bit", "color_4x4_3bit", "pixels_l2")}
     for key, allowed in choices.items():
         if given[key] not in allowed:
             raise ConfigError(f"config key '{key}' is {given[key]!r}; choose one of {', '.join(allowed)}")
@@ -224,23 +230,27 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_objective(config)
 
 
-OBJECTIVES = ("classification", "mae")
-# The evaluators that need the classification objective's labelled logits, and those only an MAE run has.
-_EVALUATOR_OBJECTIVES = {"classification": "classification", "reconstruction": "mae"}
+OBJECTIVES = ("classification", "mae", "masked_patch_prediction")
+# Each objective's own evaluator (the others need another objective's model or labels); "fewshot" suits all.
+OBJECTIVE_EVALUATORS = {"classification": "classification", "mae": "reconstruction",
+                        "masked_patch_prediction": "masked_patch"}
+# The config group of each self-supervised objective's settings.
+OBJECTIVE_SETTINGS = {"mae": "mae", "masked_patch_prediction": "mpp"}
 
 
 def _check_objective(config: ml_collections.ConfigDict) -> None:
-    wrong = [e for e in config.eval.evaluators if _EVALUATOR_OBJECTIVES.get(e, config.objective) != config.objective]
+    own = {e: o for o, e in OBJECTIVE_EVALUATORS.items()}
+    wrong = [e for e in config.eval.evaluators if own.get(e, config.objective) != config.objective]
     if wrong:
-        fix = ('("reconstruction", "fewshot")' if config.objective == "mae" else '("classification", "fewshot")')
         raise ConfigError(f"eval.evaluators {tuple(wrong)} do not evaluate objective '{config.objective}'; use "
-                          f"eval.evaluators={fix}")
-    if config.objective == "mae" and config.init.checkpoint:
-        raise ConfigError("objective='mae' pretrains from scratch (its decoder is in no checkpoint): leave "
-                          "init.checkpoint empty; fine-tune from the MAE run with objective='classification'")
-    if config.objective == "mae" and 0.0 < config.optimizer.layer_decay < 1.0:
-        raise ConfigError("optimizer.layer_decay is for fine-tuning (MAE pretrains every layer at one lr): set "
-                          "optimizer.layer_decay=0")
+                          f'eval.evaluators=("{OBJECTIVE_EVALUATORS[config.objective]}", "fewshot")')
+    if config.objective != "classification" and config.init.checkpoint:
+        raise ConfigError(f"objective='{config.objective}' pretrains from scratch (its pretraining head is in no "
+                          "checkpoint): leave init.checkpoint empty; fine-tune from the run with "
+                          "objective='classification'")
+    if config.objective != "classification" and 0.0 < config.optimizer.layer_decay < 1.0:
+        raise ConfigError(f"optimizer.layer_decay is for fine-tuning ({config.objective} pretrains every layer at "
+                          "one lr): set optimizer.layer_decay=0")
     if config.objective != "classification" and (config.loss.mixup_alpha or config.loss.label_smoothing):
         raise ConfigError(f"loss.mixup_alpha and loss.label_smoothing act on labels, which objective "
                           f"'{config.objective}' does not use: set them to 0")

@@ -243,11 +243,30 @@ class ReconstructionEvalHook(EvalHook):
     def run(self, step, it):
         result = run_eval(self.ctx)
         self.last_step = step
-        key = "eval/reconstruction_loss"
-        self.latest = {key: result["loss"], "eval/count": result["count"]}
-        keep_best(self.ctx, step, key, result["loss"], higher_is_better=False)
+        loss = result["reconstruction_loss"]
+        self.latest = {"eval/reconstruction_loss": loss, "eval/count": result["count"]}
+        keep_best(self.ctx, step, "eval/reconstruction_loss", loss, higher_is_better=False)
         self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
-        _print(f"eval step {step}: reconstruction loss {result['loss']:.4f} | {int(result['count'])} examples")
+        _print(f"eval step {step}: reconstruction loss {loss:.4f} | {int(result['count'])} examples")
+
+
+@evaluator("masked_patch")
+class MaskedPatchEvalHook(EvalHook):
+    """Masked patch prediction's accuracy and loss on the corrupted patches of data.eval_split (the same corruptions
+    at every evaluation); the highest accuracy is the best (the lowest loss for the pixel regression target)."""
+
+    def run(self, step, it):
+        result = run_eval(self.ctx)
+        self.last_step = step
+        self.latest = {f"eval/{k}": result[k] for k in ("mpp_accuracy", "mpp_loss", "count") if k in result}
+        if "mpp_accuracy" in result:
+            keep_best(self.ctx, step, "eval/mpp_accuracy", result["mpp_accuracy"], higher_is_better=True)
+        else:
+            keep_best(self.ctx, step, "eval/mpp_loss", result["mpp_loss"], higher_is_better=False)
+        self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
+        accuracy = f"accuracy {100 * result['mpp_accuracy']:.2f}% | " if "mpp_accuracy" in result else ""
+        _print(f"eval step {step}: masked patches: {accuracy}loss {result['mpp_loss']:.4f} | "
+               f"{int(result['count'])} examples")
 
 
 def keep_best(ctx: HookContext, step: int, key: str, value: float, *, higher_is_better: bool) -> None:

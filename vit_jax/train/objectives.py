@@ -5,6 +5,8 @@ the sharding rules are the same for all of them.
 - `classification`: softmax / sigmoid cross-entropy on the labels (with label smoothing and mixup);
 - `mae`: masked autoencoder pretraining (models/mae.py); labels are not read. Its evaluator `reconstruction`
   (train/hooks.py) reports the reconstruction loss on the eval split, with masks fixed across evaluations.
+- `masked_patch_prediction`: the ViT paper's self-supervision (models/mpp.py); labels are not read. Its evaluator
+  `masked_patch` reports the masked-patch accuracy and loss on the eval split, with corruptions fixed likewise.
 
 This module is part of the pure train step: it knows nothing of hooks, data pipelines or checkpoints.
 """
@@ -22,9 +24,10 @@ import ml_collections
 from vit_jax.data.mixup import mixup
 from vit_jax.eval.steps import make_eval_step
 from vit_jax.models.build import ModelConfig, build_model
-from vit_jax.models.flops import Flops, mae_flops, model_flops
+from vit_jax.models.flops import Flops, mae_flops, model_flops, mpp_flops
 from vit_jax.models.losses import LOSSES, smooth_labels
 from vit_jax.models.mae import MASK_STREAM, MAEConfig, MAEViT, masked, patch_orders, reconstruction_loss
+from vit_jax.models.mpp import CORRUPTION_STREAM, MPPConfig, MPPViT, corrupt_patches, prediction_loss, targets
 from vit_jax.models.vit import FunctionalViT
 
 
@@ -114,7 +117,50 @@ class MAE(Objective):
             images = batch["image"]
             orders = self.orders(jax.random.key(EVAL_MASK_KEY), images.shape[0])
             mask = batch["_mask"].astype(jnp.float32)
-            return {"count": mask.sum(), "loss": (self.per_example_loss(params, images, orders) * mask).sum()}
+            return {"count": mask.sum(),
+                    "reconstruction_loss": (self.per_example_loss(params, images, orders) * mask).sum()}
+
+        return eval_step
+
+
+class MaskedPatchPrediction(Objective):
+    def __init__(self, model_cfg: ModelConfig, mpp: MPPConfig):
+        self.mpp = mpp
+        self.model = FunctionalViT(model_cfg, functools.partial(MPPViT, mpp=mpp))
+        self.num_patches = model_cfg.num_patches
+        self.needs_rng = _needs_rng(model_cfg)
+        self.flops = mpp_flops(model_cfg, mpp)
+
+    def corruption(self, key: jax.Array, batch_size: int) -> dict[str, jax.Array]:
+        """The corruptions of a global batch (models/mpp.py corrupt_patches): row i's from
+        fold_in(fold_in(key, CORRUPTION_STREAM), i)."""
+        return corrupt_patches(jax.random.fold_in(key, CORRUPTION_STREAM), jnp.arange(batch_size), self.num_patches,
+                               self.mpp)
+
+    def per_example(self, params, inputs, rng=None) -> tuple[jax.Array, jax.Array | None]:
+        """(loss (B,), accuracy (B,) or None) of the predictions for each example's corrupted patches."""
+        images, order, kind = inputs["image"], inputs["order"], inputs["kind"]
+        pred = self.model.bind(params).predict(images, order, kind, inputs["source"], rng=rng)
+        target = jnp.take_along_axis(targets(images, self.model.cfg.patch_size, self.mpp),
+                                     order[:, :kind.shape[1], None], axis=1)
+        return prediction_loss(pred, target, self.mpp)
+
+    def inputs(self, batch, key):
+        return {"image": batch["image"], **self.corruption(key, batch["image"].shape[0])}
+
+    def loss(self, params, inputs, key):
+        return jnp.mean(self.per_example(params, inputs, key if self.needs_rng else None)[0])
+
+    def eval_step(self):
+        def eval_step(params, batch):
+            images = batch["image"]
+            inputs = {"image": images, **self.corruption(jax.random.key(EVAL_MASK_KEY), images.shape[0])}
+            loss, accuracy = self.per_example(params, inputs)
+            mask = batch["_mask"].astype(jnp.float32)
+            sums = {"count": mask.sum(), "mpp_loss": (loss * mask).sum()}
+            if accuracy is not None:  # the colour targets are classes; the pixel regression has no accuracy
+                sums["mpp_accuracy"] = (accuracy * mask).sum()
+            return sums
 
         return eval_step
 
@@ -123,9 +169,15 @@ def mae_config(config: ml_collections.ConfigDict) -> MAEConfig:
     return MAEConfig(**config.mae.to_dict())
 
 
+def mpp_config(config: ml_collections.ConfigDict) -> MPPConfig:
+    return MPPConfig(**config.mpp.to_dict())
+
+
 def make_objective(config: ml_collections.ConfigDict, model_cfg: ModelConfig) -> Objective:
     """The objective of a (validated) training config, around the model `model_cfg` describes."""
     if config.objective == "mae":
         return MAE(model_cfg, mae_config(config))
+    if config.objective == "masked_patch_prediction":
+        return MaskedPatchPrediction(model_cfg, mpp_config(config))
     return Classification(build_model(model_cfg), config.loss.kind, config.loss.label_smoothing,
                           config.loss.mixup_alpha)
