@@ -1,6 +1,6 @@
 """Masked patch prediction through the real trainer (8 simulated devices): a run on a data x fsdp x tensor mesh with
-its masked-patch evaluation, and fine-tuning a classifier from it. One run serves all: compiling the step is most of
-the time."""
+its masked-patch evaluation, fine-tuning a classifier from it, and `vit-jax eval` of the run (its own evaluation,
+not classification metrics on a headless model). One run serves all: compiling the step is most of the time."""
 
 import json
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.train.helpers import demo_config
+from vit_jax import cli
 from vit_jax.checkpoints.training import load_params_from_run
 from vit_jax.train.config import ConfigError
 from vit_jax.train.trainer import Trainer
@@ -50,6 +51,17 @@ def test_mpp_trains_on_a_data_fsdp_tensor_mesh_and_evaluates(mpp_run):
     # FLOPs (models/flops.py mpp_flops, tested against XLA): the whole sequence, the head on the 8 corrupted patches.
     # By hand: patch embedding 196608 + encoder (one block on 17 tokens) 315520 + head 2 * 8 * 32 * 512 = 262144.
     assert summary["compute"]["train_flops_per_image"] == 3 * (196_608 + 315_520 + 262_144)
+
+
+def test_vit_jax_eval_of_an_mpp_run_is_its_masked_patch_evaluation(mpp_run, tmp_path):
+    workdir, summary = mpp_run
+    out = tmp_path / "eval.json"
+    assert cli.main(["eval", "--checkpoint", str(workdir), "--json", str(out)]) == 0
+    result = json.load(open(out))
+    assert "eval/top1" not in result and result["eval/count"] == 360
+    # The evaluator's corruptions at the recorded eval batch size: the run's final numbers exactly.
+    assert result["eval/mpp_accuracy"] == pytest.approx(summary["final"]["eval/mpp_accuracy"], abs=1e-9)
+    assert result["eval/mpp_loss"] == pytest.approx(summary["final"]["eval/mpp_loss"], abs=1e-6)
 
 
 def test_finetuning_from_an_mpp_run_loads_the_encoder_and_adds_a_zero_head(mpp_run, tmp_path, digits_data_dir,
