@@ -3,6 +3,7 @@ its masked-patch evaluation, fine-tuning a classifier from it, and `vit-jax eval
 not classification metrics on a headless model). One run serves all: compiling the step is most of the time."""
 
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -62,6 +63,17 @@ def test_vit_jax_eval_of_an_mpp_run_is_its_masked_patch_evaluation(mpp_run, tmp_
     # The evaluator's corruptions at the recorded eval batch size: the run's final numbers exactly.
     assert result["eval/mpp_accuracy"] == pytest.approx(summary["final"]["eval/mpp_accuracy"], abs=1e-9)
     assert result["eval/mpp_loss"] == pytest.approx(summary["final"]["eval/mpp_loss"], abs=1e-6)
+
+
+def test_vit_jax_eval_refuses_a_run_of_an_unknown_objective_in_one_line(mpp_run, tmp_path):
+    workdir, _ = mpp_run
+    shutil.copytree(workdir / "checkpoints", tmp_path / "checkpoints")
+    meta_file = next((tmp_path / "checkpoints").glob("*/meta/metadata"))
+    meta = json.loads(meta_file.read_text())
+    meta["config"]["objective"] = "dino"  # a run of a later version's objective
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(SystemExit, match="objective 'dino', which this version of vit_jax does not know"):
+        cli.main(["eval", "--checkpoint", str(tmp_path)])
 
 
 def test_finetuning_from_an_mpp_run_loads_the_encoder_and_adds_a_zero_head(mpp_run, tmp_path, digits_data_dir,

@@ -128,8 +128,10 @@ def _objective_eval(path: str, recorded: dict, cfg, dataset: str, data_dir: str 
     ds = pipeline.open_dataset(dataset, data_dir=data_dir)
     batches = pipeline.eval_iterator(ds, split=split, pp=pp, global_batch_size=batch_size, sharding=program.batch_sh)
     out = evaluate(program.jit(objective.eval_step()), program.params, batches)
-    print(f"{dataset}/{split} ({name}): " + " | ".join(f"{k} {v:.4f}" for k, v in out.items() if k != "count")
-          + f" | {int(out['count'])} examples")
+    shown = {k: v for k, v in out.items() if k not in ("count", "undecodable")}
+    print(f"{dataset}/{split} ({name}): " + " | ".join(f"{k} {v:.4f}" for k, v in shown.items())
+          + f" | {int(out['count'])} examples" + (f" ({int(out['undecodable'])} undecodable, not counted)"
+                                                   if out.get("undecodable") else ""))
     return {f"eval/{k}": v for k, v in out.items()}
 
 
