@@ -12,7 +12,8 @@ import pytest
 from tests.train.helpers import demo_config
 from vit_jax import cli
 from vit_jax.checkpoints.training import load_params_from_run
-from vit_jax.train.config import ConfigError
+from vit_jax.models.config import ModelConfigError
+from vit_jax.train.config import ConfigError, validate
 from vit_jax.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
@@ -99,7 +100,9 @@ def test_mpp_config_mistakes_are_one_line_errors(mpp_run, tmp_path, digits_data_
         Trainer(mpp_config(digits_data_dir, **{"mpp.target": "pixels_l2"}), str(workdir))
     with pytest.raises(ConfigError, match=r"eval.evaluators=\(\"masked_patch\", \"fewshot\"\)"):
         Trainer(mpp_config(digits_data_dir, **{"eval.evaluators": ("reconstruction",)}), str(tmp_path / "a"))
-    with pytest.raises(ConfigError, match="mpp.target.*choose one of mean_color_3bit"):
-        Trainer(mpp_config(digits_data_dir, **{"mpp.target": "mean_colour"}), str(tmp_path / "b"))
+    with pytest.raises(ModelConfigError, match="mpp.target='mean_colour': choose one of mean_color_3bit"):
+        validate(mpp_config(digits_data_dir, **{"mpp.target": "mean_colour"}))  # before any data is read
+    with pytest.raises(ModelConfigError, match="mpp.mask_prob=0.9 and mpp.random_prob=0.2"):
+        validate(mpp_config(digits_data_dir, **{"mpp.mask_prob": 0.9, "mpp.random_prob": 0.2}))
     with pytest.raises(ConfigError, match="objective='masked_patch_prediction' pretrains from scratch"):
         Trainer(mpp_config(digits_data_dir, **{"init.checkpoint": str(workdir)}), str(tmp_path / "c"))

@@ -215,8 +215,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     choices = {"optimizer.name": ("adamw", "sgd", "adafactor"), "optimizer.schedule": ("cosine", "linear", "rsqrt",
                "staircase", "constant"), "optimizer.decay_mask": ("kernels", "all", "none"),
                "loss.kind": ("softmax_xent", "sigmoid_xent"), "optimizer.mu_dtype": ("float32", "bfloat16"),
-               "init.posemb_resize": ("bicubic", "bilinear"), "objective": OBJECTIVES,
-               "mpp.target": ("mean_color_3bit", "color_4x4_3bit", "pixels_l2")}
+               "init.posemb_resize": ("bicubic", "bilinear"), "objective": OBJECTIVES}
     for key, allowed in choices.items():
         if given[key] not in allowed:
             raise ConfigError(f"config key '{key}' is {given[key]!r}; choose one of {', '.join(allowed)}")
@@ -251,6 +250,10 @@ def _check_objective(config: ml_collections.ConfigDict) -> None:
     if config.objective != "classification" and 0.0 < config.optimizer.layer_decay < 1.0:
         raise ConfigError(f"optimizer.layer_decay is for fine-tuning ({config.objective} pretrains every layer at "
                           "one lr): set optimizer.layer_decay=0")
+    if config.objective == "masked_patch_prediction":  # its settings' checks (models/mpp.py), before any data is read
+        from vit_jax.models.mpp import MPPConfig
+
+        MPPConfig(**config.mpp.to_dict())
     if config.objective != "classification" and (config.loss.mixup_alpha or config.loss.label_smoothing):
         raise ConfigError(f"loss.mixup_alpha and loss.label_smoothing act on labels, which objective "
                           f"'{config.objective}' does not use: set them to 0")
