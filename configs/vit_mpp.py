@@ -20,8 +20,9 @@ scratch and 4% below supervised pretraining. This config has not been run at tha
 Fine-tune from the run with configs/finetune.py (`init=WORKDIR`): the encoder loads, the [mask] embedding and the
 prediction head are not read, and a new zero-initialised head is added.
 
-Target topology (TARGETS below): B/16 on TPU v3-128 (v3:8x8), as the supervised B/16 of configs/vit_i21k.py; it is
-not in benchmarks/preflight_configs.py's compiled table yet.
+Target topology (TARGETS below; compiled by the TPU compiler in benchmarks/preflight_configs.py, whose table in
+docs/BENCHMARKS.md does not have this config's row yet): B/16 on TPU v3-128 (v3:8x8), as the supervised B/16 of
+configs/vit_i21k.py.
 """
 
 from vit_jax.train.config import default_config, parse_config_args

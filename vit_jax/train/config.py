@@ -312,9 +312,13 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
     """
     from vit_jax.models.bit_config import is_bit_name
 
+    from vit_jax.models.bit_config import BiTConfig
+
     m = config.model
     if m.variant and is_bit_name(m.variant):
         return _bit_model_config(m, num_classes)
+    if not m.variant and isinstance(architecture, BiTConfig):
+        return _bit_model_config(m, num_classes, architecture)
     if m.dense:
         raise ConfigError("model.dense=True builds a backbone without a classification head, which the trainer "
                           "cannot train yet (no dense task); read its features with `vit-jax predict --features`")
@@ -326,28 +330,30 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
         if architecture is None and not all(m[k] for k in sizes):
             raise ConfigError("model.variant is empty: set it (e.g. Ti/16, B/16), give width, depth, mlp_dim and "
                               "num_heads, or set init.checkpoint to take the architecture from")
-        if architecture is not None and not isinstance(architecture, ViTConfig):
-            raise ConfigError(f"init.checkpoint holds a {architecture.name}: fine-tuning BiT ResNets from a checkpoint "
-                              "is not supported yet (train one from scratch with model.variant, e.g. BiT-R50x1)")
         if architecture is not None:
             kw.update({k: getattr(architecture, k) for k in ARCHITECTURE_FIELDS})
     return vit_config(m.variant or None, num_classes=num_classes, **kw, **overrides)
 
 
 # The model keys a BiT ResNet uses; the others are ViT options, an error to set for a ResNet.
-BIT_FIELDS = ("variant", "image_size", "dtype", "param_dtype", "remat")
+BIT_FIELDS = ("variant", "image_size", "dtype", "param_dtype", "remat", "head_bias_init")
 
 
-def _bit_model_config(m: ml_collections.ConfigDict, num_classes: int):
-    """The BiTConfig of `model.variant` "BiT-R50x1" / "R101x3" (the head size comes from the dataset)."""
-    from vit_jax.models.bit_config import bit_config
-
+def _bit_model_config(m: ml_collections.ConfigDict, num_classes: int, architecture=None):
+    """The BiTConfig of `model.variant` "BiT-R50x1" / "R101x3", or of the init checkpoint's BiT `architecture` (its
+    units, width and epsilons) when the variant is empty; the head size comes from the dataset."""
     defaults = default_config().model
     vit_only = sorted(k for k in defaults if k not in BIT_FIELDS and m[k] != defaults[k])
     if vit_only:
-        raise ConfigError(f"model.variant={m.variant} is a BiT ResNet, which has no "
+        name = f"model.variant={m.variant}" if m.variant else f"init.checkpoint ({architecture.name})"
+        raise ConfigError(f"{name} is a BiT ResNet, which has no "
                           f"{', '.join(f'model.{k}' for k in vit_only)} (ViT options): leave them at their defaults")
-    return bit_config(m.variant, num_classes=num_classes, **{k: m[k] for k in BIT_FIELDS[1:]})
+    kw = {k: m[k] for k in BIT_FIELDS[1:]}
+    if architecture is not None:
+        return architecture.replace(num_classes=num_classes, **kw)
+    from vit_jax.models.bit_config import bit_config
+
+    return bit_config(m.variant, num_classes=num_classes, **kw)
 
 
 def split_config_arg(arg: str | None, hint: str = "") -> dict[str, str]:
