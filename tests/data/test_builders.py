@@ -357,3 +357,17 @@ def test_flat_parser_returns_exactly_what_tfds_returns(digits_ds, gen):
         same(sources._flat_parser(feats)(raw), tfds_parse(feats, raw))
     # Anything else is left to TFDS.
     assert sources._flat_parser(tfds.features.FeaturesDict({"x": tfds.features.Tensor(shape=(2,), dtype=np.float32)})) is None
+
+
+def test_an_unknown_tfds_name_is_refused_without_searching_the_community_index(tmp_path, caplog):
+    """TFDS looks a name it does not know up in the community-dataset index (public buckets): on a host without
+    internet that logged ~1,500 lines of retries before the one-line error. The name is checked against the
+    registered builders first; namespaced community names still go to TFDS."""
+    from vit_jax.data.datasets import DataNotFoundError, _community_name, make_builder
+
+    with pytest.raises(DataNotFoundError, match=r"unknown dataset 'cifar1O': did you mean 'cifar10'\?"):
+        make_builder("cifar1O", str(tmp_path))
+    assert not [r for r in caplog.records if "googleapis" in r.getMessage() or "bucket" in r.getMessage()]
+    assert make_builder("cifar10:3.0.2", str(tmp_path)).name == "cifar10"  # a version, not a namespace
+    assert [_community_name(n) for n in ("huggingface:mnist", "mnist:3.0.1", "cifar10/plain:3.*.*", "mnist")] == [
+        True, False, False, False]

@@ -58,6 +58,18 @@ def _import_tfds():
     return tfds
 
 
+def _base_name(name: str) -> str:
+    """"cifar10/plain:3.0.2" -> "cifar10" (TFDS's name[/config][:version])."""
+    return name.split("/")[0].split(":")[0]
+
+
+def _community_name(name: str) -> bool:
+    """"huggingface:mnist": TFDS's namespace:dataset form of a community dataset (resolved over the network), as
+    opposed to "mnist:3.0.1" (a version)."""
+    head, sep, tail = name.split("/")[0].partition(":")
+    return bool(sep) and not re.fullmatch(r"[\d*]+(\.[\d*]+)*", tail)
+
+
 def make_builder(name: str, data_dir: str, file_format: str | None = None):
     """The TFDS builder for a dataset name (our builders or TFDS's); nothing is read or prepared yet.
 
@@ -79,13 +91,18 @@ def make_builder(name: str, data_dir: str, file_format: str | None = None):
         if config.holdout_per_class == imagenet21k.DEFAULT_HOLDOUT:
             config = config.name  # TFDS insists on its own instance for the configs the class lists
         return imagenet21k.Imagenet21k(config=config, data_dir=data_dir, file_format=file_format)
+    registered = tfds.list_builders(with_community_datasets=False)
     try:
+        if not _community_name(name) and _base_name(name) not in registered:
+            # Refused here, not by tfds.builder: for a name it does not know, TFDS searches the community-dataset
+            # index in public buckets, which logs hundreds of lines (and waits on retries) on a host without
+            # internet access.
+            raise tfds.core.registered.DatasetNotFoundError(name)
         return tfds.builder(name, data_dir=data_dir, file_format=file_format)
     except tfds.core.registered.DatasetNotFoundError as e:
         import difflib
 
-        known = ["digits", "imagenet21k", *tfds.list_builders()]
-        close = difflib.get_close_matches(name.split(":")[0], known, n=1)
+        close = difflib.get_close_matches(_base_name(name), ["digits", "imagenet21k", *registered], n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise DataNotFoundError(f"unknown dataset '{name}': {hint}use digits, imagenet21k[/fall11|/winter21], "
                                 "folder:/path or a TFDS name (tfds.list_builders())") from e
