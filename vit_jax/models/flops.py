@@ -127,3 +127,12 @@ def mae_flops(cfg: ViTConfig, mae: MAEConfig) -> Flops:
         "decoder_pred": 2.0 * n * dw * ph * pw * 3,
     }
     return Flops(forward=sum(parts.values()), breakdown=parts)
+
+
+def segmentation_flops(cfg: ViTConfig, num_classes: int) -> Flops:
+    """Forward FLOPs per image of the dense ViT with its pixel head (models/segmentation.py): every token's
+    features -> the logits of its patch's pixels."""
+    base = vit_flops(cfg)
+    h, w = cfg.image_size
+    parts = {**base.breakdown, "pixel_head": 2.0 * (cfg.neck_dim or cfg.width) * h * w * num_classes}
+    return Flops(forward=sum(parts.values()), breakdown=parts)
