@@ -94,6 +94,9 @@ def default_config() -> ml_collections.ConfigDict:
         mask_ratio=0.75, decoder_width=512, decoder_depth=8, decoder_heads=16, decoder_mlp_dim=2048,
         norm_pix_loss=True,
     )
+    # objective="segmentation" only: classes of the per-pixel labels (the batch's `segmentation` map, see the
+    # decode_mask op); label values outside [0, num_classes) (e.g. 255) are ignored. Needs model.dense=True.
+    c.segmentation = dict(num_classes=0)
     c.mesh = dict(data=-1, fsdp=1, tensor=1)  # -1: all remaining devices
     c.checkpoint = dict(
         every_steps=0, every_epochs=0.0,  # 0 and 0.0: only at the end (and on preemption)
@@ -224,15 +227,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_objective(config)
 
 
-OBJECTIVES = ("classification", "mae")
+OBJECTIVES = ("classification", "mae", "segmentation")
 # The evaluators that need the classification objective's labelled logits, and those only an MAE run has.
-_EVALUATOR_OBJECTIVES = {"classification": "classification", "reconstruction": "mae"}
+_EVALUATOR_OBJECTIVES = {"classification": "classification", "reconstruction": "mae", "segmentation": "segmentation"}
 
 
 def _check_objective(config: ml_collections.ConfigDict) -> None:
     wrong = [e for e in config.eval.evaluators if _EVALUATOR_OBJECTIVES.get(e, config.objective) != config.objective]
     if wrong:
-        fix = ('("reconstruction", "fewshot")' if config.objective == "mae" else '("classification", "fewshot")')
+        fix = {"mae": '("reconstruction", "fewshot")', "segmentation": '("segmentation",)'}.get(
+            config.objective, '("classification", "fewshot")')
         raise ConfigError(f"eval.evaluators {tuple(wrong)} do not evaluate objective '{config.objective}'; use "
                           f"eval.evaluators={fix}")
     if config.objective == "mae" and config.init.checkpoint:
@@ -241,6 +245,9 @@ def _check_objective(config: ml_collections.ConfigDict) -> None:
     if config.objective == "mae" and 0.0 < config.optimizer.layer_decay < 1.0:
         raise ConfigError("optimizer.layer_decay is for fine-tuning (MAE pretrains every layer at one lr): set "
                           "optimizer.layer_decay=0")
+    if config.objective == "segmentation" and (not config.model.dense or config.segmentation.num_classes < 2):
+        raise ConfigError("objective='segmentation' reads the dense patch map of its pixel labels' classes: set "
+                          "model.dense=True and segmentation.num_classes (>= 2, background included)")
     if config.objective != "classification" and (config.loss.mixup_alpha or config.loss.label_smoothing):
         raise ConfigError(f"loss.mixup_alpha and loss.label_smoothing act on labels, which objective "
                           f"'{config.objective}' does not use: set them to 0")
@@ -302,9 +309,9 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
     m = config.model
     if m.variant and is_bit_name(m.variant):
         return _bit_model_config(m, num_classes)
-    if m.dense:
-        raise ConfigError("model.dense=True builds a backbone without a classification head, which the trainer "
-                          "cannot train yet (no dense task); read its features with `vit-jax predict --features`")
+    if m.dense and config.objective != "segmentation":
+        raise ConfigError("model.dense=True builds a backbone without a classification head: train it with "
+                          "objective='segmentation', or read its features with `vit-jax predict --features`")
     # Variant fields override the variant only where set (0 / () = the variant's own value).
     overrides = {k: m[k] for k in VARIANT_FIELDS if m[k]}
     kw = {k: m[k] for k in m if k != "variant" and k not in VARIANT_FIELDS}
@@ -316,8 +323,9 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
         if architecture is not None and not isinstance(architecture, ViTConfig):
             raise ConfigError(f"init.checkpoint holds a {architecture.name}: fine-tuning BiT ResNets from a checkpoint "
                               "is not supported yet (train one from scratch with model.variant, e.g. BiT-R50x1)")
-        if architecture is not None:
-            kw.update({k: getattr(architecture, k) for k in ARCHITECTURE_FIELDS})
+        if architecture is not None:  # a dense config (segmentation) reads a classifier's encoder as a backbone
+            kw.update({k: getattr(architecture, k) for k in ARCHITECTURE_FIELDS
+                       if not (m.dense and k in ("dense", "pool"))})
     return vit_config(m.variant or None, num_classes=num_classes, **kw, **overrides)
 
 

@@ -5,6 +5,8 @@ the sharding rules are the same for all of them.
 - `classification`: softmax / sigmoid cross-entropy on the labels (with label smoothing and mixup);
 - `mae`: masked autoencoder pretraining (models/mae.py); labels are not read. Its evaluator `reconstruction` reports
   the reconstruction loss on the eval split, with masks fixed across evaluations.
+- `segmentation`: per-pixel cross-entropy on the dense ViT with a pixel head (train/segmentation.py, with its
+  evaluator `segmentation`: mIoU and pixel accuracy).
 """
 
 from __future__ import annotations
@@ -126,6 +128,10 @@ def make_objective(config: ml_collections.ConfigDict, model_cfg: ModelConfig) ->
     """The objective of a (validated) training config, around the model `model_cfg` describes."""
     if config.objective == "mae":
         return MAE(model_cfg, mae_config(config))
+    if config.objective == "segmentation":
+        from vit_jax.train.segmentation import Segmentation  # it imports this module (the Objective base)
+
+        return Segmentation(model_cfg, config.segmentation.num_classes)
     return Classification(build_model(model_cfg), config.loss.kind, config.loss.label_smoothing,
                           config.loss.mixup_alpha)
 
