@@ -124,14 +124,17 @@ def mae_config(config: ml_collections.ConfigDict) -> MAEConfig:
     return MAEConfig(**config.mae.to_dict())
 
 
+# Objectives that live in modules of their own (which import this one) register a factory (config, model_cfg) ->
+# Objective here: `segmentation` (train/segmentation.py, imported by train/program.py).
+REGISTERED: dict[str, Callable[[ml_collections.ConfigDict, ModelConfig], Objective]] = {}
+
+
 def make_objective(config: ml_collections.ConfigDict, model_cfg: ModelConfig) -> Objective:
     """The objective of a (validated) training config, around the model `model_cfg` describes."""
     if config.objective == "mae":
         return MAE(model_cfg, mae_config(config))
-    if config.objective == "segmentation":
-        from vit_jax.train.segmentation import Segmentation  # it imports this module (the Objective base)
-
-        return Segmentation(model_cfg, config.segmentation.num_classes)
+    if config.objective in REGISTERED:
+        return REGISTERED[config.objective](config, model_cfg)
     return Classification(build_model(model_cfg), config.loss.kind, config.loss.label_smoothing,
                           config.loss.mixup_alpha)
 

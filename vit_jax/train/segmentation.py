@@ -19,7 +19,7 @@ from vit_jax.models.flops import segmentation_flops
 from vit_jax.models.segmentation import SegmentationViT, pixel_cross_entropy
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.train import hooks as hooks_lib
-from vit_jax.train.objectives import Objective, _needs_rng
+from vit_jax.train.objectives import REGISTERED, Objective, _needs_rng
 
 MASK_KEY = "segmentation"
 
@@ -62,6 +62,9 @@ class Segmentation(Objective):
             return step(params, batch)
 
         return eval_step
+
+
+REGISTERED["segmentation"] = lambda config, model_cfg: Segmentation(model_cfg, config.segmentation.num_classes)
 
 
 @hooks_lib.evaluator("segmentation")
