@@ -31,10 +31,15 @@ def split_indices(targets: np.ndarray) -> dict[str, np.ndarray]:
     return {"train": np.sort(train), "test": np.sort(test)}
 
 
+def digit_gray(pixels_0_16: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
+    """An 8x8 digit (values 0..16) as a size x size uint8 gray image (values scaled to 0..255, bilinear)."""
+    gray = np.clip(np.rint(pixels_0_16.reshape(8, 8) * (255 / 16)), 0, 255).astype(np.uint8)
+    return np.asarray(Image.fromarray(gray).resize((size, size), Image.Resampling.BILINEAR))
+
+
 def digit_png(pixels_0_16: np.ndarray, size: int = IMAGE_SIZE) -> bytes:
     """An 8x8 digit (values 0..16) as a size x size RGB PNG."""
-    gray = np.clip(np.rint(pixels_0_16.reshape(8, 8) * (255 / 16)), 0, 255).astype(np.uint8)
-    big = np.asarray(Image.fromarray(gray).resize((size, size), Image.Resampling.BILINEAR))
+    big = digit_gray(pixels_0_16, size)
     out = io.BytesIO()
     Image.fromarray(np.repeat(big[:, :, None], 3, axis=2)).save(out, "PNG")
     return out.getvalue()

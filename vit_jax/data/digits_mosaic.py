@@ -36,12 +36,6 @@ def _png(pixels: np.ndarray) -> bytes:
     return out.getvalue()
 
 
-def tile(pixels_0_16: np.ndarray, size: int = TILE) -> np.ndarray:
-    """An 8x8 digit scan (values 0..16) as a size x size uint8 tile (bilinear, as the `digits` images)."""
-    gray = np.clip(np.rint(pixels_0_16.reshape(8, 8) * (255 / 16)), 0, 255).astype(np.uint8)
-    return np.asarray(Image.fromarray(gray).resize((size, size), Image.Resampling.BILINEAR))
-
-
 def mosaic(images: np.ndarray, targets: np.ndarray, pool: np.ndarray,
            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """One (image (S, S, 3) uint8, segmentation (S, S) uint8) pair from digits drawn out of `pool` (indices)."""
@@ -53,7 +47,7 @@ def mosaic(images: np.ndarray, targets: np.ndarray, pool: np.ndarray,
                 continue
             i = int(pool[rng.integers(len(pool))])
             y, x = cy + int(rng.integers(0, CELL - TILE + 1)), cx + int(rng.integers(0, CELL - TILE + 1))
-            ink = tile(images[i])
+            ink = digits.digit_gray(images[i], TILE)
             window = (slice(y, y + TILE), slice(x, x + TILE))
             image[window] = np.maximum(image[window], ink)
             seg[window] = np.where(ink >= INK_MIN, 1 + int(targets[i]), seg[window])
