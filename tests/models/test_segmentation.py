@@ -36,7 +36,8 @@ def test_logits_per_pixel_and_zero_initialised_head():
     assert out["tokens"].shape == (2, 4, 4, 32)
     labels = jnp.zeros((2, 16, 16), jnp.int32)
     np.testing.assert_allclose(pixel_cross_entropy(logits, labels), np.log(K), rtol=1e-6)  # zero head: uniform
-    assert set(params["head"]) == {"norm", "classifier"} and params["head"]["classifier"]["kernel"].shape == (32, 16 * K)
+    assert set(params["head"]) == {"norm", "classifier"}
+    assert params["head"]["classifier"]["kernel"].shape == (32, 16 * K)
 
 
 def test_pixel_head_maps_each_token_to_its_own_patch():

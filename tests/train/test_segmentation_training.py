@@ -95,7 +95,8 @@ def test_oxford_pets_config_builds_its_program():
     assert "decode_mask('segmentation_mask', offset=-1)" in c.data.pp_train
     # The recipe at a tiny shape (the dataset cannot be downloaded here): the program compiles its steps' shapes.
     c = apply_overrides(c, {"model.variant": "", "model.width": 32, "model.depth": 2, "model.mlp_dim": 64,
-                            "model.num_heads": 2, "model.patch_size": 8, "model.image_size": 32, "batch_size": 8, "total_steps": 2,
+                            "model.num_heads": 2, "model.patch_size": 8, "model.image_size": 32, "batch_size": 8,
+                            "total_steps": 2,
                             "init.checkpoint": "", "init.required": False})
     durations = config_lib.resolve_durations(c, 3680)
     program = build_program(c, 37, durations)

@@ -1,8 +1,8 @@
 """Dataset names -> prepared TFDS datasets: `open_dataset` and the `Dataset` handle the pipeline reads from.
 
-Names: "digits", "digits_mosaic", "imagenet21k" (= "imagenet21k/fall11"), "imagenet21k/winter21", "folder:/abs/path", or any
-TFDS name ("cifar10", "imagenet2012", "oxford_iiit_pet:3.*.*" ...). Nothing touches the network unless
-`download=True`, or the data_dir is a bucket (gs://...): then a dataset is read from there (streamed by the
+Names: "digits", "digits_mosaic", "imagenet21k" (= "imagenet21k/fall11"), "imagenet21k/winter21",
+"folder:/abs/path", or any TFDS name ("cifar10", "imagenet2012", "oxford_iiit_pet:3.*.*" ...). Nothing touches the
+network unless `download=True`, or the data_dir is a bucket (gs://...): then a dataset is read from there (streamed by the
 pipeline, see stream_plan.py), and one that is not there yet is built in a local staging folder and uploaded.
 """
 

@@ -209,7 +209,8 @@ def make_central_crop(h: int, w: int | None = None) -> Op:
         y, x = (image.shape[0] - out_h) // 2, (image.shape[1] - out_w) // 2
         if y < 0 or x < 0:
             raise ValueError(f"central_crop({out_h}, {out_w}) on a {image.shape[:2]} image: resize first")
-        return _moved(ex, image[y : y + out_h, x : x + out_w], lambda m: m[y : y + out_h, x : x + out_w], "central_crop")
+        window = (slice(y, y + out_h), slice(x, x + out_w))
+        return _moved(ex, image[window], lambda m: m[window], "central_crop")
 
     return op
 
@@ -225,7 +226,8 @@ def make_random_crop(h: int, w: int | None = None) -> Op:
             raise ValueError(f"random_crop({out_h}, {out_w}) on a {image.shape[:2]} image: resize first")
         y = int(rng.integers(0, image.shape[0] - out_h + 1))
         x = int(rng.integers(0, image.shape[1] - out_w + 1))
-        return _moved(ex, image[y : y + out_h, x : x + out_w], lambda m: m[y : y + out_h, x : x + out_w], "random_crop")
+        window = (slice(y, y + out_h), slice(x, x + out_w))
+        return _moved(ex, image[window], lambda m: m[window], "random_crop")
 
     return op
 

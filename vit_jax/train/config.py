@@ -44,7 +44,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.seed = 0
     c.model = model_schema()
     c.data = dict(
-        name="digits",  # digits | imagenet21k[/fall11|/winter21] | folder:/path | any TFDS name
+        name="digits",  # digits | digits_mosaic | imagenet21k[/fall11|/winter21] | folder:/path | any TFDS name
         data_dir="",  # '' = $TFDS_DATA_DIR or ~/tensorflow_datasets
         manual_dir="",
         train_split="train", eval_split="test",
