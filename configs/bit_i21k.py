@@ -12,6 +12,9 @@ BiT adds its weight decay to the gradient before the momentum (coupled L2); ours
 after the momentum (optax's convention). With momentum 0.9 the coupled term is amplified 1 / (1 - 0.9) = 10 times in
 steady state, so BiT's 1e-4 is 1e-3 here. As in every config, only kernels are decayed (`optimizer.decay_mask`).
 
+Target topology (TARGETS below; compiled by the TPU compiler in benchmarks/preflight_configs.py, table in
+docs/BENCHMARKS.md): R50x1 on TPU v3-128 (v3:8x8), as the ViT configs of the same batch.
+
 The ViT paper's own ResNet baselines (Table 6) were trained with Adam instead (its Appendix D.1):
 configs/vit_i21k.py:variant=BiT-R50x1, which configs/sweeps/paper_scaling.py uses.
 """
@@ -21,6 +24,8 @@ from pathlib import Path
 
 from vit_jax.models.bit_config import is_bit_name
 from vit_jax.train.config import ConfigError, parse_config_args
+
+TARGETS = {"variant=BiT-R50x1": "v3:8x8"}
 
 
 def _vit_i21k():

@@ -19,7 +19,7 @@ L/32 and L/16 on v3-256 (v3:8x16), H/14 on v3-512 (v3:16x16), g/14 on v3-1024 (v
 
 A BiT ResNet variant (`variant=BiT-R152x2`) trains with the same recipe, as the ViT paper trained its ResNet baselines
 (Adam, Appendix D.1; configs/sweeps/paper_scaling.py): it takes only the resolution and compute dtype from here (it
-has no pre-logits layer, dropout or scan, and its head bias starts at 0 with `loss=sigmoid`). BiT's own SGD recipe
+has no pre-logits layer, dropout or scan; its zero head's bias starts at -10 with `loss=sigmoid`, as a ViT's). BiT's own SGD recipe
 is configs/bit_i21k.py.
 
 Weight decay follows optax's decoupled convention (added to the update and scaled by the learning-rate schedule).
@@ -62,7 +62,7 @@ def get_config(arg=None):
     c.optimizer.mu_dtype = "bfloat16" if v.split("+")[-1].startswith(HUGE) else "float32"
     if a["loss"] == "sigmoid":
         c.loss.kind = "sigmoid_xent"
-        c.model.head_bias_init = 0.0 if bit else -10.0
+        c.model.head_bias_init = -10.0  # ViT and BiT alike: the zero head starts every class at p = 4.5e-5
     elif a["loss"] == "softmax":
         c.loss.kind = "softmax_xent"
     else:

@@ -10,13 +10,17 @@ wide and 8 blocks deep (16 heads), loss on per-patch normalised pixels; AdamW be
 position embeddings. Reported ImageNet-1k top-1 after fine-tuning (100 epochs for B, 50 for L/H): ViT-B/16 83.6%,
 ViT-L/16 85.9%, ViT-H/14 86.9%; this config has not been run at that scale here (docs/ssl.md says what is tested).
 
-Fine-tune from the run with configs/finetune.py (`init=WORKDIR`): the encoder loads, the decoder is not read, and a
-new zero-initialised head is added. The paper's fine-tuning also uses layer-wise lr decay (0.65-0.75), which this
-package does not have yet.
+Fine-tune from the run with configs/finetune.py (`init=WORKDIR,recipe=mae`): the encoder loads, the decoder is not
+read, a new zero-initialised head is added, and the paper's fine-tuning recipe applies (layer-wise lr decay 0.65-0.75,
+drop path, 100/50 epochs; docs/ssl.md).
+
+Target topology (TARGETS below; compiled by the TPU compiler in benchmarks/preflight_configs.py, table in
+docs/BENCHMARKS.md): the paper's 128 TPU v3 cores, v3-128 (v3:8x8), for B/16 and L/16.
 """
 
 from vit_jax.train.config import default_config, parse_config_args
 
+TARGETS = {"variant=B/16": "v3:8x8", "variant=L/16": "v3:8x8"}
 WIDE = ("L/", "H/")  # scanned, rematerialised, FSDP-sharded (as configs/vit_i21k.py)
 DATASETS = {"imagenet2012": ("imagenet2012", "validation"), "imagenet21k": ("imagenet21k/fall11", "test")}
 

@@ -90,3 +90,17 @@ def test_windowed_attention_options_reach_the_benchmarked_model(tmp_path):
                           num_classes=10, window_size=2, global_blocks=(1,), rel_pos=True, pool="gap")
     assert r["model"]["flops_per_image"] == pytest.approx(vit_flops(windowed).train)
     assert r["model"]["flops_per_image"] < vit_flops(windowed.replace(window_size=0, global_blocks=())).train
+
+
+def test_a_bit_resnet_is_benchmarked_by_name(tmp_path):
+    """#18: `--variant BiT-...` builds the trainer's ResNet; its FLOPs are the ResNet count, it has no token count."""
+    from vit_jax.models.bit_config import bit_config
+    from vit_jax.models.flops import model_flops
+
+    out = tmp_path / "bit.json"
+    assert bench_train.main(["--variant", "BiT-R1-1x1", "--image-size", "32", "--num-classes", "10", "--batch", "2",
+                             "--mesh", "1,1,1", "--compile-only", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    cfg = bit_config("BiT-R1-1x1", num_classes=10, image_size=32)
+    assert r["model"]["name"] == "BiT-R1-1x1" and r["model"]["seq_len"] is None
+    assert r["model"]["flops_per_image"] == pytest.approx(model_flops(cfg).train)

@@ -91,6 +91,14 @@ def test_predict_command_on_both_layouts(files, tmp_path):
     assert np.abs(logits["bit.npz"]).max() > 0.1
 
 
+def test_analyze_refuses_a_resnet_in_one_line(files, tmp_path, capsys):
+    d, _, _ = files
+    assert cli.main(["analyze", "--checkpoint", str(d / "bit.npz"), "--what", "posemb-similarity",
+                     "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "BiT-R" in err and "analyses are of Vision Transformers" in err, err
+
+
 def test_export_gives_back_the_same_keys_and_arrays(files, tmp_path):
     d, timm, bit = files
     cfg, params = load_any(str(d / "bit.safetensors"))

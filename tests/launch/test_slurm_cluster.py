@@ -91,6 +91,15 @@ class ClusterJob:
                 pids[int(env[b"SLURM_PROCID"])] = int(entry.name)
         return pids
 
+    def trainer_pid(self, rank: int, timeout: float = 120) -> int:
+        """The pid of `rank`'s trainer, waiting for it: under load a task's process can appear after its peer's log
+        lines do (seen in a loaded run: KeyError on a rank not yet listed)."""
+        deadline = time.monotonic() + timeout
+        while (pid := self.trainer_pids().get(rank)) is None:
+            assert time.monotonic() < deadline, f"no trainer of rank {rank} within {timeout} s\n{self.tail()}"
+            time.sleep(0.2)
+        return pid
+
 
 def demo_job(cluster, workdir: Path, data_dir: str, *launcher_args: str, extra: tuple[str, ...] = ()) -> ClusterJob:
     """The tiny demo trainer of the launcher tests (STEPS steps, helpers.train_args) as a 2-task CPU job."""
@@ -171,8 +180,7 @@ def test_scancel_term_and_the_time_limit_warning_save_requeue_and_resume_exactly
     # (SIGCONT + SIGTERM to every task) thaws them and they save and stop as above.
     resumed = job.wait_for(rf"^0: resumed from .*/checkpoints/{first} \(step {first}\)")
     job.wait_for(rf"^0: step {first + 1}/", start=resumed.end())
-    pids = job.trainer_pids()
-    assert sorted(pids) == [0, 1], job.tail()
+    pids = {rank: job.trainer_pid(rank) for rank in (0, 1)}
     for pid in pids.values():
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -220,7 +228,7 @@ def test_a_killed_task_is_requeued_at_most_max_restarts_times_then_the_job_fails
         while not complete_checkpoints(job.workdir):  # saves are asynchronous
             assert time.monotonic() < deadline, job.tail()
             time.sleep(0.1)
-        os.kill(job.trainer_pids()[1], signal.SIGKILL)
+        os.kill(job.trainer_pid(1), signal.SIGKILL)
         if restart == 0:
             start = job.wait_for(r"^\[slurm\] job \d+, restart 1,").end()
     record = job.wait_until(TERMINAL)

@@ -172,3 +172,41 @@ def test_windowed_model_sharded_over_data_fsdp_tensor_equals_one_device(tiny_sam
     assert any(s.spec != jax.sharding.PartitionSpec() for s in jax.tree.leaves(sh))  # something is sharded
     got = jax.jit(f.apply, in_shardings=(sh, mesh_lib.batch_sharding(m)))(jax.device_put(params, sh), images)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), got, want)
+
+
+# Windowed attention needs a grid without a class token: pool "token" exists only with global blocks (a config error
+# otherwise, tested above).
+@pytest.mark.parametrize("pool,windowed", [("token", False), ("gap", False), ("map", False), ("gap", True),
+                                           ("map", True)])
+def test_finetuning_at_a_higher_resolution_for_every_pool(pool, windowed):
+    """#16 item 5: a model pretrained at 24 px fine-tunes at 40 px (3x3 -> 5x5 patch grid) with every pooling, with
+    windowed blocks and relative positions or without: the surgery resizes the position embedding and the global
+    blocks' rel-pos tables (window tables keep their size), and a training step on the new size has finite,
+    non-zero gradients everywhere but the zero head's input side."""
+    from vit_jax.checkpoints.surgery import adapt_params
+    from vit_jax.checkpoints.layouts import flatten
+    from vit_jax.train.objectives import Classification
+
+    spatial = dict(window_size=2, global_blocks=(1,), rel_pos=True) if windowed else {}
+    src_cfg = vit_config(width=32, depth=2, mlp_dim=64, num_heads=2, patch_size=8, image_size=24, pool=pool,
+                         num_classes=5, **spatial)
+    target = src_cfg.replace(image_size=40, num_classes=3)
+    src = FunctionalViT(src_cfg).init(jax.random.key(0))
+    params, notes = adapt_params(jax.device_get(src), src_cfg, FunctionalViT(target).init(jax.random.key(1)), target)
+    flat_src, flat = flatten(jax.device_get(src)), flatten(params)
+    assert flat["pos_embedding"].shape[-2] == (1 if pool == "token" else 0) + 25
+    assert any("resized pos_embedding (3, 3) -> (5, 5)" in n for n in notes)
+    if windowed:
+        assert flat["encoder/rel_pos_1/h"].shape[0] == 2 * 5 - 1  # global block: follows the grid (3x3 -> 5x5)
+        np.testing.assert_array_equal(flat["encoder/rel_pos_0/h"], flat_src["encoder/rel_pos_0/h"])  # window: kept
+    assert not flat["head/kernel"].any()
+
+    objective = Classification(FunctionalViT(target))
+    rng = np.random.default_rng(0)
+    inputs = {"image": jnp.asarray(rng.uniform(-1, 1, (4, 40, 40, 3)), jnp.float32),
+              "labels": jax.nn.one_hot(jnp.arange(4) % 3, 3)}
+    loss, grads = jax.jit(jax.value_and_grad(objective.loss))(params, inputs, jax.random.key(2))
+    assert float(loss) == pytest.approx(np.log(3), abs=1e-5)  # zero head: uniform over the 3 new classes
+    g = flatten(jax.device_get(grads))
+    assert all(np.isfinite(v).all() for v in g.values())
+    assert np.abs(g["head/kernel"]).max() > 0 and np.abs(g["head/bias"]).max() > 0

@@ -28,6 +28,20 @@ def test_two_training_steps_of_a_tiny_bit(tmp_path, digits_data_dir):
     assert isinstance(cfg, BiTConfig) and cfg.name == "BiT-R1-1x1" and cfg.num_classes == 10
     assert params["head"]["kernel"].shape == (512, 10) and np.abs(params["head"]["kernel"]).max() > 0  # trained
 
+    # Fine-tuning with the architecture from init.checkpoint alone (model.variant empty), a fresh head whose bias
+    # starts at -10 (the sigmoid-loss setting of ImageNet-21k pretraining): the first loss is the sum over the 10
+    # classes of softplus(-10) - (-10) * label, with the labels summing to 1 (smoothed or not).
+    tuned = str(tmp_path / "tuned")
+    c = demo_config(digits_data_dir, **{**BIT, "model.variant": ""}, total_steps=1, batch_size=16,
+                    **{"init.checkpoint": workdir, "loss.kind": "sigmoid_xent", "model.head_bias_init": -10.0})
+    summary = Trainer(c, tuned).train()
+    assert summary["model"]["family"] == "ResNet"
+    first = json.loads(open(f"{tuned}/metrics.jsonl").readline())
+    assert first["train/loss"] == pytest.approx(10 * np.log1p(np.exp(-10.0)) + 10.0, abs=1e-4)
+    cfg, tuned_params = load_any(tuned)
+    assert (cfg.name, cfg.num_classes, cfg.gn_eps) == ("BiT-R1-1x1", 10, BiTConfig.gn_eps)
+    assert tuned_params["conv_root"]["kernel"].shape == params["conv_root"]["kernel"].shape
+
 
 def test_vit_options_on_a_bit_are_a_config_error():
     c = default_config()
@@ -36,3 +50,9 @@ def test_vit_options_on_a_bit_are_a_config_error():
         model_config(c, 10)
     c.model.drop_path = 0.0
     assert model_config(c, 10).name == "BiT-R50x1"
+    # The same check when the ResNet comes from init.checkpoint (model.variant empty).
+    c.model.variant, c.model.drop_path = "", 0.1
+    with pytest.raises(ConfigError, match=r"init.checkpoint \(BiT-R50x1\) is a BiT ResNet, which has no model.drop_path"):
+        model_config(c, 10, architecture=BiTConfig())
+    c.model.drop_path = 0.0
+    assert model_config(c, 7, architecture=BiTConfig()) == BiTConfig(num_classes=7)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.train.helpers import demo_config
+from vit_jax import cli
 from vit_jax.checkpoints.training import load_params_from_run
 from vit_jax.train.config import ConfigError
 from vit_jax.train.trainer import Trainer
@@ -76,6 +77,16 @@ def test_an_mae_run_resumed_from_its_step_2_checkpoint_is_bit_identical(mae_run,
     assert losses(tmp_path) == {3: full[3], 4: full[4]}  # same masks, same data order: bit-identical losses
     jax.tree.map(np.testing.assert_array_equal, load_params_from_run(str(full_dir))[1],
                  load_params_from_run(str(tmp_path))[1])
+
+
+def test_vit_jax_eval_of_an_mae_run_is_its_reconstruction_evaluation(mae_run, tmp_path):
+    workdir, _, summary = mae_run
+    out = tmp_path / "eval.json"
+    assert cli.main(["eval", "--checkpoint", str(workdir), "--json", str(out)]) == 0
+    result = json.load(open(out))
+    assert "eval/top1" not in result and result["eval/count"] == 360
+    # The evaluator's masks (at the recorded eval batch size), the decoder restored: the run's final loss exactly.
+    assert result["eval/reconstruction_loss"] == pytest.approx(summary["final"]["eval/reconstruction_loss"], abs=1e-6)
 
 
 def test_finetuning_from_an_mae_run_loads_the_encoder_and_adds_a_zero_head(mae_run, tmp_path, digits_data_dir,

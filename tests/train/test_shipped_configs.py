@@ -28,6 +28,8 @@ def load(name):
     ("finetune", "dataset=folder:/photos,variant=B/16", dict(total_steps=500)),
     ("vit_i1k", "variant=B/16,preset=paper", dict(batch_size=4096, total_epochs=300.0)),
     ("vit_i1k", "preset=beyer2022", dict(batch_size=1024, total_epochs=90.0)),
+    ("vit_mpp", None, dict(batch_size=4096, total_steps=1_000_000)),
+    ("vit_mpp", "dataset=imagenet2012,steps=100000,target=color_4x4_3bit", dict(total_steps=100_000)),
 ])
 def test_configs_validate(name, arg, expect):
     c = load(name).get_config(arg)
@@ -52,6 +54,19 @@ def test_paper_recipes():
     assert (beyer.model.rep_size, beyer.optimizer.mu_dtype) == (384, "bfloat16")  # big_vision's vit_s16_i1k.py
 
 
+def test_mpp_recipe_is_the_vit_papers_appendix_b12():
+    from vit_jax.models.mpp import MPPConfig, check_encoder
+    from vit_jax.train.objectives import mpp_config
+
+    c = load("vit_mpp").get_config()
+    assert mpp_config(c) == MPPConfig()  # 50% corrupted, 80/10/10, 3-bit mean colour
+    o = c.optimizer
+    assert (c.objective, c.model.variant, c.batch_size, c.total_steps, o.name, o.lr, o.warmup_steps, o.schedule) == (
+        "masked_patch_prediction", "B/16", 4096, 1_000_000, "adamw", 2e-4, 10_000, "cosine")
+    assert tuple(c.eval.evaluators) == ("masked_patch", "fewshot")
+    check_encoder(model_config(c, num_classes=0), mpp_config(c))  # a ViT-B/16 that MPP can pretrain
+
+
 def test_bad_config_arguments():
     with pytest.raises(ConfigError, match="did you mean 'variant'"):
         load("vit_i21k").get_config("varient=B/16")
@@ -61,7 +76,7 @@ def test_bad_config_arguments():
         model_config(load("finetune").get_config("dataset=cifar10"), num_classes=10)
 
 
-@pytest.mark.parametrize("name", ["demo", "vit_i21k", "finetune", "vit_i1k"])
+@pytest.mark.parametrize("name", ["demo", "vit_i21k", "finetune", "vit_i1k", "vit_mae", "bit_i21k", "vit_mpp"])
 def test_each_shipped_config_names_its_target_topology(name):
     """benchmarks/preflight_configs.py compiles every TARGETS entry for its topology (table in docs/BENCHMARKS.md)."""
     from vit_jax import hardware

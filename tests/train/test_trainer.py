@@ -18,6 +18,7 @@ from vit_jax.checkpoints.npz import load_npz_params
 from vit_jax.checkpoints.training import RunCheckpointer
 from vit_jax.models.config import vit_config
 from vit_jax.models.vit import FunctionalViT
+from vit_jax.train.objectives import Classification
 from vit_jax.train.optimizer import make_optimizer, make_schedule
 from vit_jax.train.program import build_program
 from vit_jax.train.step import init_state, make_train_step
@@ -145,7 +146,7 @@ def test_loss_spike_guard_skips_a_step_whose_loss_jumps(tmp_path, digits_data_di
     opt = demo_config(digits_data_dir).optimizer
     schedule = make_schedule(opt, 10, 0)
     tx = make_optimizer(opt, schedule, model.shapes)
-    step = jax.jit(make_train_step(model, tx, schedule, loss_spike_factor=2.0))
+    step = jax.jit(make_train_step(Classification(model), tx, schedule, loss_spike_factor=2.0))
     state = init_state(model.init(jax.random.key(0)), tx, jax.random.key_data(jax.random.key(1)), True)
     rng = np.random.default_rng(0)
     batch = {"image": jnp.asarray(rng.uniform(-1, 1, (8, 16, 16, 3)), jnp.float32),

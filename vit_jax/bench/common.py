@@ -30,7 +30,8 @@ GIB = 1024**3
 
 def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 10, warmup: int = 2) -> None:
     p = parser
-    p.add_argument("--variant", default="S/16", help="ViT variant, e.g. Ti/16, S/16, B/16, L/16, H/14, R50+B/16")
+    p.add_argument("--variant", default="S/16", help="a ViT (Ti/16, S/16, B/16, L/16, H/14, R50+B/16) or a BiT "
+                                                     "ResNet (BiT-R50x1, R101x3)")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch", type=int, default=batch, help="global batch size")
@@ -396,8 +397,7 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
         "benchmark": kind,
         "command": command_line(prog, argv),
         "args": vars(args),
-        "model": {"name": program.model_cfg.name, "params": program.model.num_params(),
-                  "flops_per_image": flops_per_image, "seq_len": program.model_cfg.seq_len},
+        "model": _model_record(program, flops_per_image),
         "mesh": dict(program.mesh.shape),
         "environment": env,
         "compile": {"lower_s": lower_s, "compile_s": compile_s, "total_s": lower_s + compile_s},
@@ -422,12 +422,17 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
     return result
 
 
+def _model_record(program, flops_per_image: float) -> dict[str, Any]:
+    # seq_len: tokens of a ViT; a BiT ResNet has none (None in the JSON).
+    return {"name": program.model_cfg.name, "params": program.model.num_params(), "flops_per_image": flops_per_image,
+            "seq_len": getattr(program.model_cfg, "seq_len", None)}
+
+
 def _compile_only_result(kind, prog, argv, args, program, env, lower_s, compile_s, compiled, flops_per_image,
                          extra) -> dict[str, Any]:
     result = {
         "benchmark": kind, "command": command_line(prog, argv), "args": vars(args), "compile_only": True,
-        "model": {"name": program.model_cfg.name, "params": program.model.num_params(),
-                  "flops_per_image": flops_per_image, "seq_len": program.model_cfg.seq_len},
+        "model": _model_record(program, flops_per_image),
         "mesh": dict(program.mesh.shape), "environment": env,
         "compile": {"lower_s": lower_s, "compile_s": compile_s, "total_s": lower_s + compile_s},
         "memory": {"xla": compiled_memory(compiled), "device_stats": None},

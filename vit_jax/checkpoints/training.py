@@ -301,13 +301,16 @@ def model_config_from_meta(meta: dict) -> ViTConfig | BiTConfig:
     return bit_config(**model) if "width_factor" in model else vit_config(**model)  # BiT: its own fields
 
 
-def load_params_from_run(path: str) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
-    """Parameters (numpy) and architecture of one of our checkpoints, restored onto this host's CPU memory."""
+def load_params_from_run(path: str, shapes: Any = None) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
+    """Parameters (numpy) and architecture of one of our checkpoints, restored onto this host's CPU memory.
+
+    By default the parameters of the model the architecture describes (of a self-supervised run: the encoder, its
+    pretraining head or decoder left out); `shapes` (a pytree of arrays' shapes) restores those parameters instead."""
     from vit_jax.models.build import build_model
 
     step_dir = _step_dir(path)
     cfg = model_config_from_meta(load_run_metadata(str(step_dir)))
-    shapes = build_model(cfg).shapes
+    shapes = build_model(cfg).shapes if shapes is None else shapes
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     target = {"params": jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)}
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)

@@ -3,6 +3,10 @@
 Evaluates any checkpoint (ours, official/big_vision .npz, timm .safetensors): top-1/top-5/precision@1/loss on a
 split with exact counts, and/or the paper's few-shot linear evaluation on frozen pre-logits features. Our
 checkpoints record their dataset and eval preprocessing, so `--checkpoint` alone is enough for them.
+
+A run of a self-supervised objective (mae, masked_patch_prediction) has no classification head: it gets its
+objective's own evaluation (the reconstruction loss; the masked-patch accuracy and loss), with the masks the run's
+evaluator drew (at its eval batch size, unless --batch-size says otherwise).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", help="split to evaluate (default: the recorded eval split, else 'test')")
     ap.add_argument("--pp", help="eval preprocessing op string (default: recorded, else resize + value_range)")
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="global eval batch (default 256; a self-supervised run's: its recorded eval batch size)")
     ap.add_argument("--fewshot", default="", help="comma-separated datasets for few-shot linear evaluation")
     ap.add_argument("--shots", default="1,5,10,25")
     ap.add_argument("--fewshot-train-split", default="train")
@@ -48,17 +53,26 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg, params = load_any(args.checkpoint)
     meta = _recorded(args.checkpoint)
-    print(f"checkpoint {args.checkpoint}: {describe(cfg)}")
+    recorded = meta.get("config", {})
+    objective = recorded.get("objective", "classification")
+    print(f"checkpoint {args.checkpoint}: {describe(cfg)}" + ("" if objective == "classification" else
+                                                             f", pretrained by objective '{objective}'"))
     program = build_inference(cfg, params)
     batch_sh = program.batch_sh
-    batch_size = program.global_batch(args.batch_size)
+    default_batch = 256
+    if objective != "classification":  # the run's evaluator's masks: they follow each example's row in its batch
+        default_batch = recorded.get("eval", {}).get("batch_size") or recorded.get("batch_size") or default_batch
+    batch_size = program.global_batch(args.batch_size or default_batch)
     h, w = cfg.image_size
     pp = args.pp or meta.get("pp_eval") or f"decode|resize({h},{w})|value_range(-1,1)"
     data_dir = args.data_dir or (meta.get("config", {}).get("data", {}).get("data_dir") or None)
     results: dict[str, float] = {}
 
     dataset = args.dataset or meta.get("dataset", {}).get("name")
-    if dataset and cfg.num_classes:
+    if dataset and objective != "classification":
+        results.update(_objective_eval(args.checkpoint, recorded, cfg, dataset, data_dir, pp, batch_size,
+                                       args.split or recorded.get("data", {}).get("eval_split") or "test"))
+    elif dataset and cfg.num_classes:
         ds = pipeline.open_dataset(dataset, data_dir=data_dir)
         if ds.num_classes != cfg.num_classes:
             print(f"error: {dataset} has {ds.num_classes} classes but the checkpoint's head has {cfg.num_classes}; "
@@ -89,6 +103,36 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
     return 0
+
+
+def _objective_eval(path: str, recorded: dict, cfg, dataset: str, data_dir: str | None, pp: str, batch_size: int,
+                    split: str) -> dict[str, float]:
+    """A self-supervised run's own evaluation (train/objectives.py eval_step) on `split`: its model with the
+    pretraining head or decoder, restored from the run."""
+    import ml_collections
+
+    from vit_jax.checkpoints.training import load_params_from_run
+    from vit_jax.data import pipeline
+    from vit_jax.eval.classification import evaluate
+    from vit_jax.eval.inference import build_inference
+    from vit_jax.train.config import OBJECTIVES
+    from vit_jax.train.objectives import make_objective
+
+    name = recorded["objective"]
+    if name not in OBJECTIVES:
+        raise SystemExit(f"error: {path} is a run of objective '{name}', which this version of vit_jax does not "
+                         f"know ({', '.join(OBJECTIVES)}); evaluate it with --fewshot")
+    objective = make_objective(ml_collections.ConfigDict(recorded), cfg)
+    _, params = load_params_from_run(path, objective.model.shapes)
+    program = build_inference(cfg, params, model=objective.model)
+    ds = pipeline.open_dataset(dataset, data_dir=data_dir)
+    batches = pipeline.eval_iterator(ds, split=split, pp=pp, global_batch_size=batch_size, sharding=program.batch_sh)
+    out = evaluate(program.jit(objective.eval_step()), program.params, batches)
+    shown = {k: v for k, v in out.items() if k not in ("count", "undecodable")}
+    print(f"{dataset}/{split} ({name}): " + " | ".join(f"{k} {v:.4f}" for k, v in shown.items())
+          + f" | {int(out['count'])} examples" + (f" ({int(out['undecodable'])} undecodable, not counted)"
+                                                   if out.get("undecodable") else ""))
+    return {f"eval/{k}": v for k, v in out.items()}
 
 
 def _recorded(path: str) -> dict:

@@ -50,10 +50,12 @@ class InferenceProgram:
         return max(batch_size // n, 1) * n
 
 
-def build_inference(cfg: ModelConfig, params: Any, mesh: Mesh | None = None) -> InferenceProgram:
-    """Places `params` (host numpy or device arrays, our layout) on `mesh` (default: all devices, data-parallel)."""
+def build_inference(cfg: ModelConfig, params: Any, mesh: Mesh | None = None,
+                    model: FunctionalViT | None = None) -> InferenceProgram:
+    """Places `params` (host numpy or device arrays, our layout) on `mesh` (default: all devices, data-parallel).
+    `model`: another model of `cfg`'s encoder than the plain one (a self-supervised objective's, with its head)."""
     mesh = mesh if mesh is not None else mesh_lib.make_mesh()
-    model = build_model(cfg)
+    model = model if model is not None else build_model(cfg)
     param_sh = mesh_lib.tree_shardings(model.logical_axes, model.shapes, mesh)
     return InferenceProgram(cfg=cfg, model=model, mesh=mesh, param_sh=param_sh,
                             batch_sh=mesh_lib.batch_sharding(mesh), params=jax.device_put(params, param_sh))

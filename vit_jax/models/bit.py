@@ -78,7 +78,8 @@ class BiT(nnx.Module):
             setattr(self, f"block{s}", stage)
         self.norm = GroupNorm(cin, eps=cfg.gn_eps, **kw)
         # Zero-initialised head, as BiT (and the ViT paper for its heads).
-        self.head = (L.Linear(cin, cfg.num_classes, ("conv_out", "vocab"), kernel_init=L.zeros, **kw)
+        self.head = (L.Linear(cin, cfg.num_classes, ("conv_out", "vocab"), kernel_init=L.zeros,
+                              bias_init=L.constant(cfg.head_bias_init), **kw)
                      if cfg.num_classes else None)
 
     def _unit(self, unit: PreActBottleneck, x: jax.Array) -> jax.Array:

@@ -36,6 +36,7 @@ class BiTConfig:
     width_factor: int = 1
     dense: ClassVar[bool] = False  # no dense-output option (ViTConfig.dense): a BiT is always read as a classifier
     num_classes: int = 1000  # 0: no head; the model returns the pooled features
+    head_bias_init: float = 0.0  # as ViTConfig's: -10 for sigmoid cross-entropy pretraining (e.g. ImageNet-21k)
     image_size: tuple[int, int] = (224, 224)  # does not change the parameters
     gn_eps: float = BIT_GN_EPS
     ws_eps: float = BIT_WS_EPS  # weight standardisation (w - mean) / sqrt(var + ws_eps)

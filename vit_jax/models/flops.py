@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.config import ViTConfig
 
-if TYPE_CHECKING:  # models/mae.py imports JAX; this module stays pure Python
+if TYPE_CHECKING:  # models/mae.py and mpp.py import JAX; this module stays pure Python
     from vit_jax.models.mae import MAEConfig
+    from vit_jax.models.mpp import MPPConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +127,14 @@ def mae_flops(cfg: ViTConfig, mae: MAEConfig) -> Flops:
         "decoder": mae.decoder_depth * _block_flops(t_dec, dw, mae.decoder_mlp_dim),
         "decoder_pred": 2.0 * n * dw * ph * pw * 3,
     }
+    return Flops(forward=sum(parts.values()), breakdown=parts)
+
+
+def mpp_flops(cfg: ViTConfig, mpp: MPPConfig) -> Flops:
+    """Forward FLOPs per image of masked patch prediction: the headless ViT on every patch (corrupted or not), and
+    the prediction head on the corrupted patches' tokens."""
+    parts = dict(vit_flops(cfg.replace(num_classes=0)).breakdown)
+    parts["mpp_head"] = 2.0 * mpp.num_corrupted(cfg.num_patches) * cfg.width * mpp.num_outputs(cfg.patch_size)
     return Flops(forward=sum(parts.values()), breakdown=parts)
 
 

@@ -181,8 +181,12 @@ class ViT(nnx.Module):
     def tokens(self, images: jax.Array) -> tuple[jax.Array, jax.Array | None]:
         """Images -> the encoder's input before dropout: patch tokens with their position embeddings (B, N, D), and
         the class token with its own (B, 1, D), or None without one. Kept apart so that MAE can drop patches."""
+        return self.add_positions(self.embed(images))
+
+    def add_positions(self, x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        """Patch embeddings (B, N, D) -> `tokens`' two parts. Apart so that masked patch prediction can corrupt the
+        patch embeddings before their positions are added."""
         cfg = self.cfg
-        x = self.embed(images)
         dtype = x.dtype
         if self.pos_embedding is not None:
             pe = self.pos_embedding[...].astype(dtype)

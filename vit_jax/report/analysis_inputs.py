@@ -12,10 +12,16 @@ from typing import Any
 import numpy as np
 
 def load_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
-    """(ViTConfig, params) of any checkpoint vit_jax.checkpoints.loading.load_any reads."""
+    """(ViTConfig, params) of any Vision Transformer checkpoint vit_jax.checkpoints.loading.load_any reads; a BiT
+    ResNet is a ValueError (every analysis reads attention, position embeddings or the patch embedding)."""
     from vit_jax.checkpoints.loading import load_any
+    from vit_jax.models.config import ViTConfig
 
-    return load_any(str(path))
+    cfg, params = load_any(str(path))
+    if not isinstance(cfg, ViTConfig):
+        raise ValueError(f"{path} holds a {cfg.name} ResNet: the analyses are of Vision Transformers (attention, "
+                         "position embeddings, patch embedding); a ResNet has none of them")
+    return cfg, params
 
 
 def to_model_range(images: np.ndarray, image_size: tuple[int, int]) -> np.ndarray:

@@ -87,12 +87,17 @@ def default_config() -> ml_collections.ConfigDict:
         label_smoothing=0.0,
         mixup_alpha=0.0,  # > 0: mixup on device with lambda ~ Beta(alpha, alpha)
     )
-    # What the run learns (train/objectives.py): classification (the labels), or mae (masked autoencoder pretraining:
-    # labels unused; evaluate it with eval.evaluators=("reconstruction", "fewshot")).
+    # What the run learns (train/objectives.py): classification (the labels), mae (masked autoencoder pretraining:
+    # labels unused; evaluate it with eval.evaluators=("reconstruction", "fewshot")) or masked_patch_prediction (the
+    # ViT paper's self-supervision: labels unused; eval.evaluators=("masked_patch", "fewshot")).
     c.objective = "classification"
     c.mae = dict(  # objective="mae" only (models/mae.py MAEConfig; defaults: the MAE paper's)
         mask_ratio=0.75, decoder_width=512, decoder_depth=8, decoder_heads=16, decoder_mlp_dim=2048,
         norm_pix_loss=True,
+    )
+    c.mpp = dict(  # objective="masked_patch_prediction" only (models/mpp.py MPPConfig; defaults: the ViT paper's)
+        target="mean_color_3bit",  # mean_color_3bit | color_4x4_3bit | pixels_l2
+        corrupt_ratio=0.5, mask_prob=0.8, random_prob=0.1,  # of the corrupted patches: [mask], random other, kept
     )
     # objective="segmentation" only: classes of the per-pixel labels (the batch's `segmentation` map, see the
     # decode_mask op); label values outside [0, num_classes) (e.g. 255) are ignored. Needs model.dense=True.
@@ -227,24 +232,33 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_objective(config)
 
 
-OBJECTIVES = ("classification", "mae", "segmentation")
-# The evaluators that need the classification objective's labelled logits, and those only an MAE run has.
-_EVALUATOR_OBJECTIVES = {"classification": "classification", "reconstruction": "mae", "segmentation": "segmentation"}
+OBJECTIVES = ("classification", "mae", "masked_patch_prediction", "segmentation")
+# Each objective's own evaluator (the others need another objective's model or labels); "fewshot" suits all.
+OBJECTIVE_EVALUATORS = {"classification": "classification", "mae": "reconstruction",
+                        "masked_patch_prediction": "masked_patch", "segmentation": "segmentation"}
+# The config group of each objective's own settings (they shape the model and its loss).
+OBJECTIVE_SETTINGS = {"mae": "mae", "masked_patch_prediction": "mpp", "segmentation": "segmentation"}
+# The self-supervised objectives: they pretrain from scratch, every layer at one lr.
+PRETRAINING_OBJECTIVES = ("mae", "masked_patch_prediction")
 
 
 def _check_objective(config: ml_collections.ConfigDict) -> None:
-    wrong = [e for e in config.eval.evaluators if _EVALUATOR_OBJECTIVES.get(e, config.objective) != config.objective]
+    own = {e: o for o, e in OBJECTIVE_EVALUATORS.items()}
+    wrong = [e for e in config.eval.evaluators if own.get(e, config.objective) != config.objective]
     if wrong:
-        fix = {"mae": '("reconstruction", "fewshot")', "segmentation": '("segmentation",)'}.get(
-            config.objective, '("classification", "fewshot")')
         raise ConfigError(f"eval.evaluators {tuple(wrong)} do not evaluate objective '{config.objective}'; use "
-                          f"eval.evaluators={fix}")
-    if config.objective == "mae" and config.init.checkpoint:
-        raise ConfigError("objective='mae' pretrains from scratch (its decoder is in no checkpoint): leave "
-                          "init.checkpoint empty; fine-tune from the MAE run with objective='classification'")
-    if config.objective == "mae" and 0.0 < config.optimizer.layer_decay < 1.0:
-        raise ConfigError("optimizer.layer_decay is for fine-tuning (MAE pretrains every layer at one lr): set "
-                          "optimizer.layer_decay=0")
+                          f'eval.evaluators=("{OBJECTIVE_EVALUATORS[config.objective]}", "fewshot")')
+    if config.objective in PRETRAINING_OBJECTIVES and config.init.checkpoint:
+        raise ConfigError(f"objective='{config.objective}' pretrains from scratch (its pretraining head is in no "
+                          "checkpoint): leave init.checkpoint empty; fine-tune from the run with "
+                          "objective='classification'")
+    if config.objective in PRETRAINING_OBJECTIVES and 0.0 < config.optimizer.layer_decay < 1.0:
+        raise ConfigError(f"optimizer.layer_decay is for fine-tuning ({config.objective} pretrains every layer at "
+                          "one lr): set optimizer.layer_decay=0")
+    if config.objective == "masked_patch_prediction":  # its settings' checks (models/mpp.py), before any data is read
+        from vit_jax.models.mpp import MPPConfig
+
+        MPPConfig(**config.mpp.to_dict())
     if config.objective == "segmentation" and (not config.model.dense or config.segmentation.num_classes < 2):
         raise ConfigError("objective='segmentation' reads the dense patch map of its pixel labels' classes: set "
                           "model.dense=True and segmentation.num_classes (>= 2, background included)")
@@ -306,9 +320,13 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
     """
     from vit_jax.models.bit_config import is_bit_name
 
+    from vit_jax.models.bit_config import BiTConfig
+
     m = config.model
     if m.variant and is_bit_name(m.variant):
         return _bit_model_config(m, num_classes)
+    if not m.variant and isinstance(architecture, BiTConfig):
+        return _bit_model_config(m, num_classes, architecture)
     if m.dense and config.objective != "segmentation":
         raise ConfigError("model.dense=True builds a backbone without a classification head: train it with "
                           "objective='segmentation', or read its features with `vit-jax predict --features`")
@@ -320,9 +338,6 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
         if architecture is None and not all(m[k] for k in sizes):
             raise ConfigError("model.variant is empty: set it (e.g. Ti/16, B/16), give width, depth, mlp_dim and "
                               "num_heads, or set init.checkpoint to take the architecture from")
-        if architecture is not None and not isinstance(architecture, ViTConfig):
-            raise ConfigError(f"init.checkpoint holds a {architecture.name}: fine-tuning BiT ResNets from a checkpoint "
-                              "is not supported yet (train one from scratch with model.variant, e.g. BiT-R50x1)")
         if architecture is not None:  # a dense config (segmentation) reads a classifier's encoder as a backbone
             kw.update({k: getattr(architecture, k) for k in ARCHITECTURE_FIELDS
                        if not (m.dense and k in ("dense", "pool"))})
@@ -330,19 +345,24 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
 
 
 # The model keys a BiT ResNet uses; the others are ViT options, an error to set for a ResNet.
-BIT_FIELDS = ("variant", "image_size", "dtype", "param_dtype", "remat")
+BIT_FIELDS = ("variant", "image_size", "dtype", "param_dtype", "remat", "head_bias_init")
 
 
-def _bit_model_config(m: ml_collections.ConfigDict, num_classes: int):
-    """The BiTConfig of `model.variant` "BiT-R50x1" / "R101x3" (the head size comes from the dataset)."""
-    from vit_jax.models.bit_config import bit_config
-
+def _bit_model_config(m: ml_collections.ConfigDict, num_classes: int, architecture=None):
+    """The BiTConfig of `model.variant` "BiT-R50x1" / "R101x3", or of the init checkpoint's BiT `architecture` (its
+    units, width and epsilons) when the variant is empty; the head size comes from the dataset."""
     defaults = default_config().model
     vit_only = sorted(k for k in defaults if k not in BIT_FIELDS and m[k] != defaults[k])
     if vit_only:
-        raise ConfigError(f"model.variant={m.variant} is a BiT ResNet, which has no "
+        name = f"model.variant={m.variant}" if m.variant else f"init.checkpoint ({architecture.name})"
+        raise ConfigError(f"{name} is a BiT ResNet, which has no "
                           f"{', '.join(f'model.{k}' for k in vit_only)} (ViT options): leave them at their defaults")
-    return bit_config(m.variant, num_classes=num_classes, **{k: m[k] for k in BIT_FIELDS[1:]})
+    kw = {k: m[k] for k in BIT_FIELDS[1:]}
+    if architecture is not None:
+        return architecture.replace(num_classes=num_classes, **kw)
+    from vit_jax.models.bit_config import bit_config
+
+    return bit_config(m.variant, num_classes=num_classes, **kw)
 
 
 def split_config_arg(arg: str | None, hint: str = "") -> dict[str, str]:

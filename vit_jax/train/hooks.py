@@ -225,9 +225,7 @@ class EvalHook(Hook):
         self.latest = {f"eval/{k}": v for k, v in result.items()}
         # The headline metric: precision@1 for sigmoid (multi-label, e.g. ImageNet-21k) training, else top-1.
         key = "eval/prec1" if self.ctx.config.loss.kind == "sigmoid_xent" else "eval/top1"
-        best = self.ctx.progress["best"]
-        if self.latest[key] >= best.get(key, -1.0):
-            best.update({key: self.latest[key], "step": step})
+        keep_best(self.ctx, step, key, self.latest[key], higher_is_better=True)
         self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
         prec = f"prec@1 {100 * result['prec1']:.2f}% | " if key == "eval/prec1" else ""
         _print(f"eval step {step}: {prec}top1 {100 * result['top1']:.2f}% | top5 {100 * result['top5']:.2f}% | "
@@ -236,6 +234,46 @@ class EvalHook(Hook):
     def finish(self, step, it):
         if self.last_step != step:
             self.run(step, it)
+
+
+@evaluator("reconstruction")
+class ReconstructionEvalHook(EvalHook):
+    """MAE's reconstruction loss on data.eval_split (every eval interval and at the end); the lowest is the best."""
+
+    def run(self, step, it):
+        result = run_eval(self.ctx)
+        self.last_step = step
+        loss = result["reconstruction_loss"]
+        self.latest = {"eval/reconstruction_loss": loss, "eval/count": result["count"]}
+        keep_best(self.ctx, step, "eval/reconstruction_loss", loss, higher_is_better=False)
+        self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
+        _print(f"eval step {step}: reconstruction loss {loss:.4f} | {int(result['count'])} examples")
+
+
+@evaluator("masked_patch")
+class MaskedPatchEvalHook(EvalHook):
+    """Masked patch prediction's accuracy and loss on the corrupted patches of data.eval_split (the same corruptions
+    at every evaluation); the highest accuracy is the best (the lowest loss for the pixel regression target)."""
+
+    def run(self, step, it):
+        result = run_eval(self.ctx)
+        self.last_step = step
+        self.latest = {f"eval/{k}": result[k] for k in ("mpp_accuracy", "mpp_loss", "count") if k in result}
+        if "mpp_accuracy" in result:
+            keep_best(self.ctx, step, "eval/mpp_accuracy", result["mpp_accuracy"], higher_is_better=True)
+        else:
+            keep_best(self.ctx, step, "eval/mpp_loss", result["mpp_loss"], higher_is_better=False)
+        self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
+        accuracy = f"accuracy {100 * result['mpp_accuracy']:.2f}% | " if "mpp_accuracy" in result else ""
+        _print(f"eval step {step}: masked patches: {accuracy}loss {result['mpp_loss']:.4f} | "
+               f"{int(result['count'])} examples")
+
+
+def keep_best(ctx: HookContext, step: int, key: str, value: float, *, higher_is_better: bool) -> None:
+    """Records `value` (and `step`) as the run's best when it is at least as good as the best so far."""
+    best = ctx.progress["best"]
+    if key not in best or (value >= best[key] if higher_is_better else value <= best[key]):
+        best.update({key: value, "step": step})
 
 
 @evaluator("fewshot")

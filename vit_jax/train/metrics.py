@@ -69,11 +69,17 @@ def measure_cpu_matmul_flops(n: int = CPU_REFERENCE_N, repeats: int = 3) -> floa
     return reference.flops / min(reference.time()[0] for _ in range(repeats))
 
 
+_CPU_PEAK: list[float] = []  # measured once per process (each measurement costs ~1 s of start-up)
+
+
 def device_peak_flops(device=None) -> tuple[float, str]:
-    """(peak FLOP/s per device, where the number comes from)."""
+    """(peak FLOP/s per device, where the number comes from). On a CPU the matmul is measured at the first call of
+    the process; later runs in the same process (a notebook, a test session) reuse that figure."""
     device = device or jax.devices()[0]
     if device.platform == "cpu":
-        return measure_cpu_matmul_flops(), f"measured fp32 {CPU_REFERENCE_N}^2 matmul"
+        if not _CPU_PEAK:
+            _CPU_PEAK.append(measure_cpu_matmul_flops())
+        return _CPU_PEAK[0], f"measured fp32 {CPU_REFERENCE_N}^2 matmul"
     peak = table_lookup(PEAK_FLOPS, device.device_kind)
     if peak is None:
         return float("nan"), f"unknown device kind {device.device_kind!r}"

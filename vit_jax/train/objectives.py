@@ -3,10 +3,14 @@ a batch, its loss, its evaluation step and its FLOPs. The one train step (step.p
 the sharding rules are the same for all of them.
 
 - `classification`: softmax / sigmoid cross-entropy on the labels (with label smoothing and mixup);
-- `mae`: masked autoencoder pretraining (models/mae.py); labels are not read. Its evaluator `reconstruction` reports
-  the reconstruction loss on the eval split, with masks fixed across evaluations.
+- `mae`: masked autoencoder pretraining (models/mae.py); labels are not read. Its evaluator `reconstruction`
+  (train/hooks.py) reports the reconstruction loss on the eval split, with masks fixed across evaluations.
+- `masked_patch_prediction`: the ViT paper's self-supervision (models/mpp.py); labels are not read. Its evaluator
+  `masked_patch` reports the masked-patch accuracy and loss on the eval split, with corruptions fixed likewise.
 - `segmentation`: per-pixel cross-entropy on the dense ViT with a pixel head (train/segmentation.py, with its
-  evaluator `segmentation`: mIoU and pixel accuracy).
+  evaluator `segmentation`: mIoU and pixel accuracy); it registers itself in REGISTERED.
+
+This module is part of the pure train step: it knows nothing of hooks, data pipelines or checkpoints.
 """
 
 from __future__ import annotations
@@ -22,11 +26,11 @@ import ml_collections
 from vit_jax.data.mixup import mixup
 from vit_jax.eval.steps import make_eval_step
 from vit_jax.models.build import ModelConfig, build_model
-from vit_jax.models.flops import Flops, mae_flops, model_flops
+from vit_jax.models.flops import Flops, mae_flops, model_flops, mpp_flops
 from vit_jax.models.losses import LOSSES, smooth_labels
 from vit_jax.models.mae import MASK_STREAM, MAEConfig, MAEViT, masked, patch_orders, reconstruction_loss
+from vit_jax.models.mpp import CORRUPTION_STREAM, MPPConfig, MPPViT, corrupt_patches, prediction_loss, targets
 from vit_jax.models.vit import FunctionalViT
-from vit_jax.train import hooks as hooks_lib
 
 
 class Objective(abc.ABC):
@@ -115,13 +119,60 @@ class MAE(Objective):
             images = batch["image"]
             orders = self.orders(jax.random.key(EVAL_MASK_KEY), images.shape[0])
             mask = batch["_mask"].astype(jnp.float32)
-            return {"count": mask.sum(), "loss": (self.per_example_loss(params, images, orders) * mask).sum()}
+            return {"count": mask.sum(),
+                    "reconstruction_loss": (self.per_example_loss(params, images, orders) * mask).sum()}
+
+        return eval_step
+
+
+class MaskedPatchPrediction(Objective):
+    def __init__(self, model_cfg: ModelConfig, mpp: MPPConfig):
+        self.mpp = mpp
+        self.model = FunctionalViT(model_cfg, functools.partial(MPPViT, mpp=mpp))
+        self.num_patches = model_cfg.num_patches
+        self.needs_rng = _needs_rng(model_cfg)
+        self.flops = mpp_flops(model_cfg, mpp)
+
+    def corruption(self, key: jax.Array, batch_size: int) -> dict[str, jax.Array]:
+        """The corruptions of a global batch (models/mpp.py corrupt_patches): row i's from
+        fold_in(fold_in(key, CORRUPTION_STREAM), i)."""
+        return corrupt_patches(jax.random.fold_in(key, CORRUPTION_STREAM), jnp.arange(batch_size), self.num_patches,
+                               self.mpp)
+
+    def per_example(self, params, inputs, rng=None) -> tuple[jax.Array, jax.Array | None]:
+        """(loss (B,), accuracy (B,) or None) of the predictions for each example's corrupted patches."""
+        images, order, kind = inputs["image"], inputs["order"], inputs["kind"]
+        pred = self.model.bind(params).predict(images, order, kind, inputs["source"], rng=rng)
+        target = jnp.take_along_axis(targets(images, self.model.cfg.patch_size, self.mpp),
+                                     order[:, :kind.shape[1], None], axis=1)
+        return prediction_loss(pred, target, self.mpp)
+
+    def inputs(self, batch, key):
+        return {"image": batch["image"], **self.corruption(key, batch["image"].shape[0])}
+
+    def loss(self, params, inputs, key):
+        return jnp.mean(self.per_example(params, inputs, key if self.needs_rng else None)[0])
+
+    def eval_step(self):
+        def eval_step(params, batch):
+            images = batch["image"]
+            inputs = {"image": images, **self.corruption(jax.random.key(EVAL_MASK_KEY), images.shape[0])}
+            loss, accuracy = self.per_example(params, inputs)
+            mask = batch["_mask"].astype(jnp.float32)
+            sums = {"count": mask.sum(), "mpp_loss": (loss * mask).sum()}
+            if accuracy is not None:  # the colour targets are classes; the pixel regression has no accuracy
+                sums["mpp_accuracy"] = (accuracy * mask).sum()
+            return sums
 
         return eval_step
 
 
 def mae_config(config: ml_collections.ConfigDict) -> MAEConfig:
     return MAEConfig(**config.mae.to_dict())
+
+
+def mpp_config(config: ml_collections.ConfigDict) -> MPPConfig:
+    return MPPConfig(**config.mpp.to_dict())
 
 
 # Objectives that live in modules of their own (which import this one) register a factory (config, model_cfg) ->
@@ -133,25 +184,9 @@ def make_objective(config: ml_collections.ConfigDict, model_cfg: ModelConfig) ->
     """The objective of a (validated) training config, around the model `model_cfg` describes."""
     if config.objective == "mae":
         return MAE(model_cfg, mae_config(config))
+    if config.objective == "masked_patch_prediction":
+        return MaskedPatchPrediction(model_cfg, mpp_config(config))
     if config.objective in REGISTERED:
         return REGISTERED[config.objective](config, model_cfg)
     return Classification(build_model(model_cfg), config.loss.kind, config.loss.label_smoothing,
                           config.loss.mixup_alpha)
-
-
-@hooks_lib.evaluator("reconstruction")
-class ReconstructionEvalHook(hooks_lib.EvalHook):
-    """MAE's reconstruction loss on data.eval_split (every eval interval and at the end); the lowest is the best."""
-
-    def run(self, step, it):
-        result = hooks_lib.run_eval(self.ctx)
-        self.last_step = step
-        key = "eval/reconstruction_loss"
-        self.latest = {key: result["loss"], "eval/count": result["count"]}
-        best = self.ctx.progress["best"]
-        if result["loss"] <= best.get(key, float("inf")):
-            best.update({key: result["loss"], "step": step})
-        self.writer.write(step, {**self.latest, **hooks_lib.progress_scalars(self.ctx, step)})
-        if jax.process_index() == 0:
-            print(f"eval step {step}: reconstruction loss {result['loss']:.4f} | {int(result['count'])} examples",
-                  flush=True)

@@ -114,8 +114,7 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
 
         return wrapped
 
-    step_fn = make_train_step(model, tx, schedule, micro_batches=c.micro_batches, loss_spike_factor=spike,
-                              objective=objective)
+    step_fn = make_train_step(objective, tx, schedule, micro_batches=c.micro_batches, loss_spike_factor=spike)
     train_step = jax.jit(with_hints(step_fn), in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, rep),
                          donate_argnums=0)
     eval_step = SyncedJit(jax.jit(with_hints(objective.eval_step()), in_shardings=(param_sh, batch_sh),

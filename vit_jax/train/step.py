@@ -14,8 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from vit_jax.models.vit import FunctionalViT
-from vit_jax.train.objectives import Classification, Objective
+from vit_jax.train.objectives import Objective
 
 
 def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.Array,
@@ -35,16 +34,11 @@ def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.
     return state
 
 
-def make_train_step(model: FunctionalViT, tx: optax.GradientTransformation, schedule: Callable, *,
-                    loss_kind: str = "softmax_xent", micro_batches: int = 1, label_smoothing: float = 0.0,
-                    mixup_alpha: float = 0.0, loss_spike_factor: float = 0.0,
-                    objective: Objective | None = None) -> Callable:
-    """The train step. `objective` (train/objectives.py) brings the loss; None: classification of `model` with
-    `loss_kind`, `label_smoothing` and `mixup_alpha`. `loss_spike_factor` > 0 also skips a step whose loss exceeds
-    that many times the running average of the accepted losses (the state then carries `loss_ema`: see
-    init_state)."""
-    if objective is None:
-        objective = Classification(model, loss_kind, label_smoothing, mixup_alpha)
+def make_train_step(objective: Objective, tx: optax.GradientTransformation, schedule: Callable, *,
+                    micro_batches: int = 1, loss_spike_factor: float = 0.0) -> Callable:
+    """The train step of `objective` (train/objectives.py: it brings the model and the loss). `loss_spike_factor` > 0
+    also skips a step whose loss exceeds that many times the running average of the accepted losses (the state then
+    carries `loss_ema`: see init_state)."""
     grad_fn = jax.value_and_grad(objective.loss)
 
     def train_step(state, batch):

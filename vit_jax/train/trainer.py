@@ -118,11 +118,12 @@ class Trainer:
 
     def _check_same_model(self, meta: dict) -> None:
         c, before = self.config, meta.get("config", {})
-        if (before.get("objective", "classification"), before.get("mae")) != (
-                c.objective, c.mae.to_dict() if c.objective == "mae" else before.get("mae")):
+        group = config_lib.OBJECTIVE_SETTINGS.get(c.objective)  # mae.*, mpp.*: they shape the model and its loss
+        if (before.get("objective", "classification"), before.get(group) if group else None) != (
+                c.objective, c[group].to_dict() if group else None):
             raise config_lib.ConfigError(
                 f"{self.workdir} holds a run of objective '{before.get('objective', 'classification')}' with other "
-                "settings than this config's (objective, mae.*); use a new --workdir")
+                f"settings than this config's (objective{f', {group}.*' if group else ''}); use a new --workdir")
         if meta.get("model") != model_meta(self.model_cfg):
             raise config_lib.ConfigError(
                 f"{self.workdir} holds a run of another model ({meta.get('model', {}).get('width')}-wide, this config "
