@@ -49,6 +49,14 @@ def test_segmentation_trains_and_writes_miou_to_the_summary(tmp_path, mosaic_dat
     losses = [r["train/loss"] for r in rows if "train/loss" in r]
     assert np.isfinite(losses).all() and losses[0] == pytest.approx(np.log(11), rel=0.05)  # zero head: uniform
     assert on_disk["compute"]["train_flops_per_image"] > 0
+    # `vit-jax eval` on the run: the objective's own evaluation, the same numbers as the run's last one.
+    from vit_jax.commands import eval as eval_command
+
+    assert eval_command.main(["--checkpoint", str(tmp_path / "run"), "--json", str(tmp_path / "eval.json")]) == 0
+    again = json.loads((tmp_path / "eval.json").read_text())
+    assert again["eval/count"] == 100
+    assert again["eval/miou"] == pytest.approx(final["eval/miou"]) and again["eval/loss"] == pytest.approx(
+        final["eval/loss"], rel=1e-5)
 
 
 def test_a_segmentation_config_takes_a_classifiers_architecture_as_a_dense_backbone():
