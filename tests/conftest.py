@@ -73,3 +73,13 @@ def digits_data_dir(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("tfds_digits"))
     pipeline.open_dataset("digits", data_dir=path, prepare=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def mosaic_data_dir(tmp_path_factory) -> str:
+    """A TFDS data_dir with the generated digits_mosaic segmentation set built once for the whole session."""
+    from vit_jax.data import pipeline
+
+    path = str(tmp_path_factory.mktemp("tfds_mosaic"))
+    pipeline.open_dataset("digits_mosaic", data_dir=path, prepare=True)
+    return path

@@ -42,6 +42,18 @@ def _is_rel_pos(key: str) -> bool:
     return key.startswith("encoder/rel_pos_")
 
 
+def _strip_for_dense(src: dict[str, np.ndarray], prefix: int, notes: list[str]) -> int:
+    """Drops what a dense backbone lacks from flat source params (in place): the class token (and its position
+    embedding row), the final LayerNorm and a MAP pooling head. Returns the position embedding's prefix rows left."""
+    for key in [k for k in src if k == "cls" or k.startswith(("encoder/norm/", "map_head/"))]:
+        notes.append(f"dropped {key} (a dense backbone has none)")
+        src.pop(key)
+    if prefix and "pos_embedding" in src:
+        src["pos_embedding"] = src["pos_embedding"][:, prefix:]
+        notes.append("dropped the class token's pos_embedding row")
+    return 0
+
+
 def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dict[str, Any], target_cfg: ViTConfig,
                  *, reinit: tuple[str, ...] = ("head",), posemb_method: str = "bicubic"
                  ) -> tuple[dict[str, Any], list[str]]:
@@ -62,7 +74,11 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
     if type(loaded_cfg) is not type(target_cfg):
         raise CheckpointMismatchError(f"checkpoint holds a {loaded_cfg.name} but the config builds a {target_cfg.name} "
                                       "(another model family)")
-    if isinstance(target_cfg, ViTConfig) and loaded_cfg.pool != target_cfg.pool and not (
+    to_dense = isinstance(target_cfg, ViTConfig) and target_cfg.dense and not loaded_cfg.dense
+    prefix = 1 if isinstance(loaded_cfg, ViTConfig) and loaded_cfg.pool == "token" else 0
+    if to_dense:  # a classifier's encoder as a dense backbone: no class token, final LayerNorm or pooling
+        prefix = _strip_for_dense(src, prefix, notes)
+    if isinstance(target_cfg, ViTConfig) and not to_dense and loaded_cfg.pool != target_cfg.pool and not (
             {loaded_cfg.pool, target_cfg.pool} <= {"token", "gap"} and "pos_embedding" not in dst):
         raise CheckpointMismatchError(
             f"checkpoint pools with '{loaded_cfg.pool}' but the config asks for '{target_cfg.pool}'; set "
@@ -88,8 +104,7 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
             continue
         value = src.pop(key)
         if key == "pos_embedding" and value.shape != init_value.shape:
-            value = resize_posemb(value, loaded_cfg.grid, target_cfg.grid,
-                                  1 if loaded_cfg.pool == "token" else 0, posemb_method)
+            value = resize_posemb(value, loaded_cfg.grid, target_cfg.grid, prefix, posemb_method)
             notes.append(f"resized pos_embedding {loaded_cfg.grid} -> {target_cfg.grid} ({posemb_method})")
         if _is_rel_pos(key) and value.shape[1:] == init_value.shape[1:] and value.shape != init_value.shape:
             notes.append(f"resized {key} {value.shape[0]} -> {init_value.shape[0]} rows (linear, as SAM "

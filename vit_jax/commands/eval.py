@@ -6,7 +6,8 @@ checkpoints record their dataset and eval preprocessing, so `--checkpoint` alone
 
 A run of a self-supervised objective (mae, masked_patch_prediction) has no classification head: it gets its
 objective's own evaluation (the reconstruction loss; the masked-patch accuracy and loss), with the masks the run's
-evaluator drew (at its eval batch size, unless --batch-size says otherwise).
+evaluator drew (at its eval batch size, unless --batch-size says otherwise). A segmentation run gets its mIoU,
+pixel accuracy and loss over the whole split.
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ def _objective_eval(path: str, recorded: dict, cfg, dataset: str, data_dir: str 
     from vit_jax.data import pipeline
     from vit_jax.eval.classification import evaluate
     from vit_jax.eval.inference import build_inference
+    from vit_jax.eval.segmentation import evaluate_segmentation
+    from vit_jax.train import segmentation  # noqa: F401 - registers the segmentation objective
     from vit_jax.train.config import OBJECTIVES
     from vit_jax.train.objectives import make_objective
 
@@ -127,7 +130,9 @@ def _objective_eval(path: str, recorded: dict, cfg, dataset: str, data_dir: str 
     program = build_inference(cfg, params, model=objective.model)
     ds = pipeline.open_dataset(dataset, data_dir=data_dir)
     batches = pipeline.eval_iterator(ds, split=split, pp=pp, global_batch_size=batch_size, sharding=program.batch_sh)
-    out = evaluate(program.jit(objective.eval_step()), program.params, batches)
+    run_eval = evaluate_segmentation if name == "segmentation" else evaluate
+    out = run_eval(program.jit(objective.eval_step()), program.params, batches)
+    out.pop("iou", None)  # segmentation's per-class array: the mean (miou) is the reported number
     shown = {k: v for k, v in out.items() if k not in ("count", "undecodable")}
     print(f"{dataset}/{split} ({name}): " + " | ".join(f"{k} {v:.4f}" for k, v in shown.items())
           + f" | {int(out['count'])} examples" + (f" ({int(out['undecodable'])} undecodable, not counted)"

@@ -36,7 +36,8 @@ from vit_jax.storage.remote import StorageError
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = cli_args.ArgumentParser(prog="vit-jax prepare-data", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("dataset", help="digits | imagenet21k[/fall11|/winter21] | folder:/abs/path | a TFDS name")
+    p.add_argument("dataset",
+                   help="digits | digits_mosaic | imagenet21k[/fall11|/winter21] | folder:/abs/path | a TFDS name")
     p.add_argument("--data-dir", default=None, help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
     p.add_argument("--manual-dir", default=None,
                    help="where manual files are, or the imagenet21k archive (default: <data_dir>/downloads/manual)")

@@ -69,6 +69,15 @@ def resize(image: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     return out.reshape((out_h, out_w) + image.shape[2:])
 
 
+def resize_nearest(labels: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
+    """Nearest-neighbour resize of an (H, W) label map, with half-pixel centres (the sampling grid of `resize`, so
+    a label map stays aligned with its image): labels are never blended into values that mean another class."""
+    if labels.shape[:2] == (out_h, out_w):
+        return labels
+    return cv2.resize(labels, (out_w, out_h), interpolation=cv2.INTER_NEAREST_EXACT).reshape(
+        (out_h, out_w) + labels.shape[2:])
+
+
 def lookup(image: np.ndarray, table: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
     """table[image] for a uint8 image (H, W[, C]) and a float32 table of 256 values (or (256, C): per channel).
 

@@ -99,6 +99,19 @@ def decode_rgb(data: bytes) -> np.ndarray:
     return np.asarray(load_rgb(open_rgb_lazy(data)))
 
 
+def decode_labels(data: bytes) -> np.ndarray:
+    """Decodes a one-channel PNG label map (segmentation classes) to a uint8 (H, W) array, values untouched."""
+    try:
+        pixels = np.asarray(Image.open(io.BytesIO(data)))
+    except (OSError, ValueError) as e:  # PIL's errors for truncated or unknown data
+        raise DecodeError(f"segmentation map cannot be decoded: {e}") from e
+    if pixels.ndim == 3 and pixels.shape[2] == 1:
+        pixels = pixels[:, :, 0]
+    if pixels.ndim != 2 or pixels.dtype != np.uint8:
+        raise DecodeError(f"a segmentation map must be a one-channel 8-bit image, got {pixels.dtype} {pixels.shape}")
+    return pixels
+
+
 # Start-of-frame markers (baseline, extended, progressive, lossless; Huffman or arithmetic): they carry the size.
 _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 

@@ -22,10 +22,24 @@ TEST_FRACTION = 0.2
 NUM_TRAIN, NUM_TEST = 1437, 360
 
 
+def split_indices(targets: np.ndarray) -> dict[str, np.ndarray]:
+    """The sorted example indices of the train and test splits (stratified by class, fixed seed)."""
+    from sklearn.model_selection import train_test_split
+
+    index = np.arange(len(targets))
+    train, test = train_test_split(index, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=targets)
+    return {"train": np.sort(train), "test": np.sort(test)}
+
+
+def digit_gray(pixels_0_16: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
+    """An 8x8 digit (values 0..16) as a size x size uint8 gray image (values scaled to 0..255, bilinear)."""
+    gray = np.clip(np.rint(pixels_0_16.reshape(8, 8) * (255 / 16)), 0, 255).astype(np.uint8)
+    return np.asarray(Image.fromarray(gray).resize((size, size), Image.Resampling.BILINEAR))
+
+
 def digit_png(pixels_0_16: np.ndarray, size: int = IMAGE_SIZE) -> bytes:
     """An 8x8 digit (values 0..16) as a size x size RGB PNG."""
-    gray = np.clip(np.rint(pixels_0_16.reshape(8, 8) * (255 / 16)), 0, 255).astype(np.uint8)
-    big = np.asarray(Image.fromarray(gray).resize((size, size), Image.Resampling.BILINEAR))
+    big = digit_gray(pixels_0_16, size)
     out = io.BytesIO()
     Image.fromarray(np.repeat(big[:, :, None], 3, axis=2)).save(out, "PNG")
     return out.getvalue()
@@ -48,16 +62,11 @@ class Digits(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
 
     def _split_generators(self, dl_manager):
         from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
 
         data = load_digits()
-        index = np.arange(len(data.target))
-        train, test = train_test_split(index, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=data.target)
         self.build_report = BuildReport()
-        return {
-            "train": self._generate_examples(data.images, data.target, np.sort(train)),
-            "test": self._generate_examples(data.images, data.target, np.sort(test)),
-        }
+        return {split: self._generate_examples(data.images, data.target, indices)
+                for split, indices in split_indices(data.target).items()}
 
     def _generate_examples(self, images, targets, indices):
         for i in indices:

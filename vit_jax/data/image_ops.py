@@ -1,4 +1,6 @@
-"""Image preprocessing ops (host side, numpy + OpenCV). They read and write `example["image"]`.
+"""Image preprocessing ops (host side, numpy + OpenCV). They read and write `example["image"]`, and the ops that
+move pixels (resizes, crops, flips) move a per-pixel label map `example["segmentation"]` (see `decode_mask`) the
+same way: the same box, the same coin flip, nearest-neighbour resizing, so that image and labels stay aligned.
 
 Decoded images are uint8 (H, W, 3) arrays until `value_range`/`normalize` turn them into float32. Resizing is
 OpenCV's bilinear with half-pixel centres, the sampling of `tf.image.resize(antialias=False)` that big_vision's
@@ -20,6 +22,24 @@ def _pixels(example: Example, op: str) -> np.ndarray:
     if isinstance(image, (bytes, np.bytes_)):
         raise ValueError(f"op {op} needs a decoded image: put `decode` (or a decode_* op) before it in the op string")
     return image
+
+
+MASK = "segmentation"  # the per-pixel label map, (H, W) uint8, of segmentation examples
+
+
+def _moved(ex: Example, image: np.ndarray, move_mask, op: str) -> Example:
+    """`ex` with the new image, and its label map (if any) moved by move_mask(mask) (same geometry, no blending)."""
+    out = {**ex, "image": image}
+    if MASK in ex:
+        mask = ex[MASK]
+        if not isinstance(mask, np.ndarray):
+            raise ValueError(f"op {op} moves pixels but the segmentation map is not decoded yet: put `decode_mask` "
+                             "before it in the op string")
+        if mask.shape[:2] != ex["image"].shape[:2]:
+            raise ValueError(f"op {op}: segmentation map {mask.shape[:2]} and image {ex['image'].shape[:2]} differ "
+                             "in size")
+        out[MASK] = move_mask(mask)
+    return out
 
 
 def _size(h: int, w: int | None) -> tuple[int, int]:
@@ -99,6 +119,27 @@ def make_decode() -> Op:
     return op
 
 
+@register("decode_mask")
+def make_decode_mask(key: str = MASK, offset: int = 0) -> Op:
+    """Decodes a per-pixel label map stored as a one-channel PNG in example[key] to (H, W) uint8, as
+    example["segmentation"] (which the resize, crop and flip ops then move with the image). `offset` is added to
+    every label (e.g. -1 for oxford_iiit_pet's trimaps, stored as 1..3); a result outside 0..254 becomes 255, a
+    label the segmentation objective ignores."""
+
+    def op(ex: Example, rng: np.random.Generator) -> Example:
+        if key not in ex:
+            raise ValueError(f"decode_mask: the example has no '{key}' (it has {', '.join(sorted(ex))})")
+        labels = decode.decode_labels(ex[key])
+        if offset:
+            shifted = labels.astype(np.int16) + offset
+            labels = np.where((shifted >= 0) & (shifted < 255), shifted, 255).astype(np.uint8)
+        out = {k: v for k, v in ex.items() if k != key}
+        out[MASK] = labels
+        return out
+
+    return op
+
+
 @register("decode_jpeg_and_inception_crop")
 def make_decode_jpeg_and_inception_crop(size: int, area_min: float = 5, area_max: float = 100, w: int | None = None) -> Op:
     """Fused decode + Inception crop + resize to size (x w): JPEG DCT scaling decodes fewer pixels when it can.
@@ -109,6 +150,9 @@ def make_decode_jpeg_and_inception_crop(size: int, area_min: float = 5, area_max
     area = (area_min / 100, area_max / 100)
 
     def op(ex: Example, rng: np.random.Generator) -> Example:
+        if MASK in ex:
+            raise ValueError("decode_jpeg_and_inception_crop cannot crop a segmentation map with the image: use "
+                             "decode|decode_mask|inception_crop(...)")
         image = decode.decode_crop_resize(
             ex["image"], lambda width, height: sample_inception_box(width, height, rng, area), out_w, out_h
         )
@@ -126,7 +170,8 @@ def make_inception_crop(size: int, area_min: float = 5, area_max: float = 100, w
     def op(ex: Example, rng: np.random.Generator) -> Example:
         image = _pixels(ex, "inception_crop")
         x, y, cw, ch = sample_inception_box(image.shape[1], image.shape[0], rng, area)
-        return {**ex, "image": _resize(image[y : y + ch, x : x + cw], out_h, out_w)}
+        return _moved(ex, _resize(image[y : y + ch, x : x + cw], out_h, out_w),
+                      lambda m: cv.resize_nearest(m[y : y + ch, x : x + cw], out_h, out_w), "inception_crop")
 
     return op
 
@@ -135,7 +180,8 @@ def make_inception_crop(size: int, area_min: float = 5, area_max: float = 100, w
 def make_resize(h: int, w: int | None = None) -> Op:
     """Resizes to (h, w) (square if w is omitted), ignoring the aspect ratio."""
     out_h, out_w = _size(h, w)
-    return lambda ex, rng: {**ex, "image": _resize(_pixels(ex, "resize"), out_h, out_w)}
+    return lambda ex, rng: _moved(ex, _resize(_pixels(ex, "resize"), out_h, out_w),
+                                  lambda m: cv.resize_nearest(m, out_h, out_w), "resize")
 
 
 @register("resize_small")
@@ -146,7 +192,9 @@ def make_resize_small(size: int) -> Op:
         image = _pixels(ex, "resize_small")
         h, w = image.shape[:2]
         ratio = size / min(h, w)
-        return {**ex, "image": _resize(image, max(1, round(h * ratio)), max(1, round(w * ratio)))}
+        out_h, out_w = max(1, round(h * ratio)), max(1, round(w * ratio))
+        return _moved(ex, _resize(image, out_h, out_w), lambda m: cv.resize_nearest(m, out_h, out_w),
+                      "resize_small")
 
     return op
 
@@ -161,7 +209,8 @@ def make_central_crop(h: int, w: int | None = None) -> Op:
         y, x = (image.shape[0] - out_h) // 2, (image.shape[1] - out_w) // 2
         if y < 0 or x < 0:
             raise ValueError(f"central_crop({out_h}, {out_w}) on a {image.shape[:2]} image: resize first")
-        return {**ex, "image": image[y : y + out_h, x : x + out_w]}
+        window = (slice(y, y + out_h), slice(x, x + out_w))
+        return _moved(ex, image[window], lambda m: m[window], "central_crop")
 
     return op
 
@@ -177,7 +226,8 @@ def make_random_crop(h: int, w: int | None = None) -> Op:
             raise ValueError(f"random_crop({out_h}, {out_w}) on a {image.shape[:2]} image: resize first")
         y = int(rng.integers(0, image.shape[0] - out_h + 1))
         x = int(rng.integers(0, image.shape[1] - out_w + 1))
-        return {**ex, "image": image[y : y + out_h, x : x + out_w]}
+        window = (slice(y, y + out_h), slice(x, x + out_w))
+        return _moved(ex, image[window], lambda m: m[window], "random_crop")
 
     return op
 
@@ -190,7 +240,7 @@ def make_flip_lr(p: float = 0.5) -> Op:
         if rng.uniform() >= p:
             return ex
         # A contiguous copy (OpenCV's mirror: ~6 us at 224x224): a negative-stride view would slow later ops.
-        return {**ex, "image": cv.flip_lr(_pixels(ex, "flip_lr"))}
+        return _moved(ex, cv.flip_lr(_pixels(ex, "flip_lr")), cv.flip_lr, "flip_lr")
 
     return op
 

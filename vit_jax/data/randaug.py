@@ -103,6 +103,9 @@ def make_randaug(n: int = 2, m: float = 10) -> Op:
         image = ex["image"]
         if not (isinstance(image, np.ndarray) and image.dtype == np.uint8):
             raise ValueError("randaug needs a decoded uint8 image: put it after decode/crop and before value_range")
+        if "segmentation" in ex:  # its rotations and shears would leave the label map behind
+            raise ValueError("randaug does not move a segmentation map with the image: drop it from a segmentation "
+                             "op string (crops and flips do move both)")
         return {**ex, "image": rand_augment(image, n, m, rng)}
 
     return op

@@ -136,3 +136,12 @@ def mpp_flops(cfg: ViTConfig, mpp: MPPConfig) -> Flops:
     parts = dict(vit_flops(cfg.replace(num_classes=0)).breakdown)
     parts["mpp_head"] = 2.0 * mpp.num_corrupted(cfg.num_patches) * cfg.width * mpp.num_outputs(cfg.patch_size)
     return Flops(forward=sum(parts.values()), breakdown=parts)
+
+
+def segmentation_flops(cfg: ViTConfig, num_classes: int) -> Flops:
+    """Forward FLOPs per image of the dense ViT with its pixel head (models/segmentation.py): every token's
+    features -> the logits of its patch's pixels."""
+    base = vit_flops(cfg)
+    h, w = cfg.image_size
+    parts = {**base.breakdown, "pixel_head": 2.0 * (cfg.neck_dim or cfg.width) * h * w * num_classes}
+    return Flops(forward=sum(parts.values()), breakdown=parts)

@@ -44,7 +44,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.seed = 0
     c.model = model_schema()
     c.data = dict(
-        name="digits",  # digits | imagenet21k[/fall11|/winter21] | folder:/path | any TFDS name
+        name="digits",  # digits | digits_mosaic | imagenet21k[/fall11|/winter21] | folder:/path | any TFDS name
         data_dir="",  # '' = $TFDS_DATA_DIR or ~/tensorflow_datasets
         manual_dir="",
         train_split="train", eval_split="test",
@@ -99,6 +99,9 @@ def default_config() -> ml_collections.ConfigDict:
         target="mean_color_3bit",  # mean_color_3bit | color_4x4_3bit | pixels_l2
         corrupt_ratio=0.5, mask_prob=0.8, random_prob=0.1,  # of the corrupted patches: [mask], random other, kept
     )
+    # objective="segmentation" only: classes of the per-pixel labels (the batch's `segmentation` map, see the
+    # decode_mask op); label values outside [0, num_classes) (e.g. 255) are ignored. Needs model.dense=True.
+    c.segmentation = dict(num_classes=0)
     c.mesh = dict(data=-1, fsdp=1, tensor=1)  # -1: all remaining devices
     c.checkpoint = dict(
         every_steps=0, every_epochs=0.0,  # 0 and 0.0: only at the end (and on preemption)
@@ -229,12 +232,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_objective(config)
 
 
-OBJECTIVES = ("classification", "mae", "masked_patch_prediction")
+OBJECTIVES = ("classification", "mae", "masked_patch_prediction", "segmentation")
 # Each objective's own evaluator (the others need another objective's model or labels); "fewshot" suits all.
 OBJECTIVE_EVALUATORS = {"classification": "classification", "mae": "reconstruction",
-                        "masked_patch_prediction": "masked_patch"}
-# The config group of each self-supervised objective's settings.
-OBJECTIVE_SETTINGS = {"mae": "mae", "masked_patch_prediction": "mpp"}
+                        "masked_patch_prediction": "masked_patch", "segmentation": "segmentation"}
+# The config group of each objective's own settings (they shape the model and its loss).
+OBJECTIVE_SETTINGS = {"mae": "mae", "masked_patch_prediction": "mpp", "segmentation": "segmentation"}
+# The self-supervised objectives: they pretrain from scratch, every layer at one lr.
+PRETRAINING_OBJECTIVES = ("mae", "masked_patch_prediction")
 
 
 def _check_objective(config: ml_collections.ConfigDict) -> None:
@@ -243,17 +248,20 @@ def _check_objective(config: ml_collections.ConfigDict) -> None:
     if wrong:
         raise ConfigError(f"eval.evaluators {tuple(wrong)} do not evaluate objective '{config.objective}'; use "
                           f'eval.evaluators=("{OBJECTIVE_EVALUATORS[config.objective]}", "fewshot")')
-    if config.objective != "classification" and config.init.checkpoint:
+    if config.objective in PRETRAINING_OBJECTIVES and config.init.checkpoint:
         raise ConfigError(f"objective='{config.objective}' pretrains from scratch (its pretraining head is in no "
                           "checkpoint): leave init.checkpoint empty; fine-tune from the run with "
                           "objective='classification'")
-    if config.objective != "classification" and 0.0 < config.optimizer.layer_decay < 1.0:
+    if config.objective in PRETRAINING_OBJECTIVES and 0.0 < config.optimizer.layer_decay < 1.0:
         raise ConfigError(f"optimizer.layer_decay is for fine-tuning ({config.objective} pretrains every layer at "
                           "one lr): set optimizer.layer_decay=0")
     if config.objective == "masked_patch_prediction":  # its settings' checks (models/mpp.py), before any data is read
         from vit_jax.models.mpp import MPPConfig
 
         MPPConfig(**config.mpp.to_dict())
+    if config.objective == "segmentation" and (not config.model.dense or config.segmentation.num_classes < 2):
+        raise ConfigError("objective='segmentation' reads the dense patch map of its pixel labels' classes: set "
+                          "model.dense=True and segmentation.num_classes (>= 2, background included)")
     if config.objective != "classification" and (config.loss.mixup_alpha or config.loss.label_smoothing):
         raise ConfigError(f"loss.mixup_alpha and loss.label_smoothing act on labels, which objective "
                           f"'{config.objective}' does not use: set them to 0")
@@ -319,9 +327,9 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
         return _bit_model_config(m, num_classes)
     if not m.variant and isinstance(architecture, BiTConfig):
         return _bit_model_config(m, num_classes, architecture)
-    if m.dense:
-        raise ConfigError("model.dense=True builds a backbone without a classification head, which the trainer "
-                          "cannot train yet (no dense task); read its features with `vit-jax predict --features`")
+    if m.dense and config.objective != "segmentation":
+        raise ConfigError("model.dense=True builds a backbone without a classification head: train it with "
+                          "objective='segmentation', or read its features with `vit-jax predict --features`")
     # Variant fields override the variant only where set (0 / () = the variant's own value).
     overrides = {k: m[k] for k in VARIANT_FIELDS if m[k]}
     kw = {k: m[k] for k in m if k != "variant" and k not in VARIANT_FIELDS}
@@ -330,8 +338,9 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
         if architecture is None and not all(m[k] for k in sizes):
             raise ConfigError("model.variant is empty: set it (e.g. Ti/16, B/16), give width, depth, mlp_dim and "
                               "num_heads, or set init.checkpoint to take the architecture from")
-        if architecture is not None:
-            kw.update({k: getattr(architecture, k) for k in ARCHITECTURE_FIELDS})
+        if architecture is not None:  # a dense config (segmentation) reads a classifier's encoder as a backbone
+            kw.update({k: getattr(architecture, k) for k in ARCHITECTURE_FIELDS
+                       if not (m.dense and k in ("dense", "pool"))})
     return vit_config(m.variant or None, num_classes=num_classes, **kw, **overrides)
 
 

@@ -7,6 +7,8 @@ the sharding rules are the same for all of them.
   (train/hooks.py) reports the reconstruction loss on the eval split, with masks fixed across evaluations.
 - `masked_patch_prediction`: the ViT paper's self-supervision (models/mpp.py); labels are not read. Its evaluator
   `masked_patch` reports the masked-patch accuracy and loss on the eval split, with corruptions fixed likewise.
+- `segmentation`: per-pixel cross-entropy on the dense ViT with a pixel head (train/segmentation.py, with its
+  evaluator `segmentation`: mIoU and pixel accuracy); it registers itself in REGISTERED.
 
 This module is part of the pure train step: it knows nothing of hooks, data pipelines or checkpoints.
 """
@@ -173,11 +175,18 @@ def mpp_config(config: ml_collections.ConfigDict) -> MPPConfig:
     return MPPConfig(**config.mpp.to_dict())
 
 
+# Objectives that live in modules of their own (which import this one) register a factory (config, model_cfg) ->
+# Objective here: `segmentation` (train/segmentation.py, imported by train/program.py).
+REGISTERED: dict[str, Callable[[ml_collections.ConfigDict, ModelConfig], Objective]] = {}
+
+
 def make_objective(config: ml_collections.ConfigDict, model_cfg: ModelConfig) -> Objective:
     """The objective of a (validated) training config, around the model `model_cfg` describes."""
     if config.objective == "mae":
         return MAE(model_cfg, mae_config(config))
     if config.objective == "masked_patch_prediction":
         return MaskedPatchPrediction(model_cfg, mpp_config(config))
+    if config.objective in REGISTERED:
+        return REGISTERED[config.objective](config, model_cfg)
     return Classification(build_model(model_cfg), config.loss.kind, config.loss.label_smoothing,
                           config.loss.mixup_alpha)

@@ -23,6 +23,7 @@ from vit_jax.parallel.distributed import SyncedJit
 from vit_jax.train import config as config_lib
 from vit_jax.train.objectives import Objective, make_objective
 from vit_jax.train.optimizer import make_optimizer, make_schedule
+from vit_jax.train import segmentation  # noqa: F401 - registers its evaluator before configs are checked
 from vit_jax.train.step import init_state, make_train_step
 
 
@@ -80,7 +81,8 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
                   devices: Sequence[Any] | None = None, architecture: ModelConfig | None = None) -> TrainProgram:
     """`architecture`: the init checkpoint's ViTConfig, for configs that take their model from it."""
     c = config
-    # An MAE model has no head: the dataset's classes are for the fine-tuning that follows.
+    # An MAE model has no head: the dataset's classes are for the fine-tuning that follows; a segmentation model's
+    # classes are those of its pixel labels (segmentation.num_classes).
     model_cfg = config_lib.model_config(c, num_classes if c.objective == "classification" else 0, architecture)
     objective = make_objective(c, model_cfg)
     model = objective.model
