@@ -71,6 +71,13 @@ def _community_name(name: str) -> bool:
     return bool(sep) and not re.fullmatch(r"[\d*]+(\.[\d*]+)*", tail)
 
 
+def _prepared_in(data_dir: str, name: str) -> bool:
+    """Whether data_dir holds a dataset of this name prepared by some TFDS builder (which tfds.builder then reads
+    from its files, without the builder's class)."""
+    path = f"{data_dir}/{_base_name(name)}"
+    return remote.exists(path) if is_url(data_dir) else os.path.isdir(path)
+
+
 def make_builder(name: str, data_dir: str, file_format: str | None = None):
     """The TFDS builder for a dataset name (our builders or TFDS's); nothing is read or prepared yet.
 
@@ -98,10 +105,10 @@ def make_builder(name: str, data_dir: str, file_format: str | None = None):
         return imagenet21k.Imagenet21k(config=config, data_dir=data_dir, file_format=file_format)
     registered = tfds.list_builders(with_community_datasets=False)
     try:
-        if not _community_name(name) and _base_name(name) not in registered:
-            # Refused here, not by tfds.builder: for a name it does not know, TFDS searches the community-dataset
-            # index in public buckets, which logs hundreds of lines (and waits on retries) on a host without
-            # internet access.
+        if not (_community_name(name) or _base_name(name) in registered or _prepared_in(data_dir, name)):
+            # Refused here, not by tfds.builder: for a name it knows neither as a builder nor as files in data_dir,
+            # TFDS searches the community-dataset index in public buckets, which logs hundreds of lines (and waits on
+            # retries) on a host without internet access.
             raise tfds.core.registered.DatasetNotFoundError(name)
         return tfds.builder(name, data_dir=data_dir, file_format=file_format)
     except tfds.core.registered.DatasetNotFoundError as e:
