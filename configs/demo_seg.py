@@ -3,8 +3,8 @@ generated `digits_mosaic` set (32x32 mosaics of handwritten digits, 11 per-pixel
 
 It exercises the dense path end to end — the mosaic builder, the op strings that carry the label map
 (`decode_mask`, crops), the segmentation objective, and the evaluator that writes eval/miou and eval/pixel_acc to
-summary.json — in about two minutes on 2 CPU cores: 84.5% mIoU on the 500 test mosaics in 1 min 56 s, measured
-on 2026-12-02 on a shared machine (docs/models.md, "Segmentation: the dense task").
+summary.json — in under two minutes on 2 CPU cores: 84.5% mIoU on the 500 test mosaics in 1 min 20 s on an idle
+machine, dataset build included (2026-12-02; docs/models.md, "Segmentation: the dense task").
 
     python -m vit_jax.main --config=configs/demo_seg.py --workdir=workdirs/demo_seg
 """
