@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.helpers import STEPS, Job, train_args, trainer, two_process
+from tests.launch.helpers import STEPS, one_and_two_processes
 
 
 @pytest.fixture(scope="session")
@@ -24,17 +24,7 @@ def digits_dir(tmp_path_factory) -> str:
 def uninterrupted(digits_dir, tmp_path_factory) -> dict[str, Path]:
     """The same training run as 1 process x 4 devices and as 2 processes x 2 devices (global batch 32 both): the
     reference of the local launcher's and the SLURM launcher's interrupted runs."""
-    root = tmp_path_factory.mktemp("uninterrupted")
-    # Both at once: start-up is mostly single-threaded imports, so two jobs overlap well even on 2 cores.
-    jobs = [Job(trainer(*train_args(root / "one", digits_dir, STEPS), "--config.num_cpu_devices=4")),
-            Job(two_process(root / "two", digits_dir))]
-    try:
-        for job in jobs:
-            assert job.finish() == 0, job.tail()
-    finally:
-        for job in jobs:
-            job.kill()
-    return {"one": root / "one", "two": root / "two"}
+    return one_and_two_processes(tmp_path_factory.mktemp("uninterrupted"), digits_dir, STEPS)
 
 
 @pytest.fixture(scope="session")

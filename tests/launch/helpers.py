@@ -55,6 +55,21 @@ def two_process(workdir: Path, data_dir: str, program: list[str] | None = None,
     return local_launch(2, 2, (program or trainer()) + train_args(workdir, data_dir, STEPS) + list(extra))
 
 
+def one_and_two_processes(root: Path, data_dir: str, steps: int, extra: tuple[str, ...] = ()) -> dict[str, Path]:
+    """The same training run as 1 process x 4 devices and as 2 processes x 2 devices (global batch 32 both), run to
+    the end at once (start-up is mostly single-threaded imports, so two jobs overlap well even on 2 cores): the
+    workdirs {"one", "two"} under `root`."""
+    jobs = [Job(trainer(*train_args(root / "one", data_dir, steps), *extra, "--config.num_cpu_devices=4")),
+            Job(local_launch(2, 2, trainer(*train_args(root / "two", data_dir, steps), *extra)))]
+    try:
+        for job in jobs:
+            assert job.finish() == 0, job.tail()
+    finally:
+        for job in jobs:
+            job.kill()
+    return {"one": root / "one", "two": root / "two"}
+
+
 def losses(workdir: Path) -> dict[int, float]:
     """step -> train/loss from metrics.jsonl (a resumed run appends; the later line wins)."""
     out = {}

@@ -113,21 +113,13 @@ def test_mae_masks_and_losses_do_not_depend_on_the_process_count(digits_dir, tmp
     """#15: MAE's per-example masks come from fold_in(step key, global row), so 2 processes x 2 devices draw the same
     masks as 1 process x 4 devices and log the same losses (the loss is a mean over the masked patches only: another
     draw of masks is another loss)."""
-    from tests.launch.helpers import Job, local_launch, train_args, trainer
+    from tests.launch.helpers import one_and_two_processes
 
     steps = 3
     mae = ("--config.objective=mae", "--config.model.pool=token", "--config.loss.label_smoothing=0",
            "--config.mae.decoder_width=32", "--config.mae.decoder_depth=1", "--config.mae.decoder_heads=2",
            "--config.mae.decoder_mlp_dim=64", "--config.eval.evaluators=('reconstruction',)")
-    one, two = tmp_path / "one", tmp_path / "two"
-    jobs = [Job(trainer(*train_args(one, digits_dir, steps), *mae, "--config.num_cpu_devices=4")),
-            Job(local_launch(2, 2, trainer(*train_args(two, digits_dir, steps), *mae)))]
-    try:
-        for job in jobs:
-            assert job.finish() == 0, job.tail()
-    finally:
-        for job in jobs:
-            job.kill()
-    got, want = losses(two), losses(one)
+    runs = one_and_two_processes(tmp_path, digits_dir, steps, mae)
+    got, want = losses(runs["two"]), losses(runs["one"])
     assert sorted(got) == sorted(want) == list(range(1, steps + 1))
     assert max(abs(got[s] - want[s]) for s in want) <= 1e-5, (got, want)

@@ -71,6 +71,9 @@ def test_a_segmentation_config_takes_a_classifiers_architecture_as_a_dense_backb
     cfg = config_lib.model_config(c, 0, architecture=classifier)
     assert (cfg.width, cfg.depth, cfg.patch_size, cfg.dense, cfg.pool, cfg.num_classes, cfg.image_size) == (
         64, 2, (4, 4), True, "gap", 0, (32, 32))
+    # A size also set in the config (here equal to the checkpoint's) wins over the checkpoint's; it used to be passed
+    # twice ("multiple values for keyword argument 'patch_size'").
+    assert config_lib.model_config(apply_overrides(c, {"model.patch_size": 4}), 0, architecture=classifier) == cfg
 
 
 @pytest.mark.parametrize("overrides,match", [

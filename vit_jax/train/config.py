@@ -341,7 +341,7 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int, architectu
         if architecture is not None:  # a dense config (segmentation) reads a classifier's encoder as a backbone
             kw.update({k: getattr(architecture, k) for k in ARCHITECTURE_FIELDS
                        if not (m.dense and k in ("dense", "pool"))})
-    return vit_config(m.variant or None, num_classes=num_classes, **kw, **overrides)
+    return vit_config(m.variant or None, num_classes=num_classes, **{**kw, **overrides})  # set sizes win
 
 
 # The model keys a BiT ResNet uses; the others are ViT options, an error to set for a ResNet.
