@@ -90,7 +90,7 @@ def test_config_errors(tmp_path, overrides, match):
 
 
 def test_a_missing_mask_op_is_one_clear_error(tmp_path, mosaic_data_dir):
-    from vit_jax.train.segmentation import MissingMaskError
+    from vit_jax.train.objectives import MissingMaskError
 
     c = tiny_seg_config(mosaic_data_dir, **{"data.pp_train": "decode|value_range(-1,1)", "total_steps": 1})
     with pytest.raises(MissingMaskError, match="add decode_mask"):

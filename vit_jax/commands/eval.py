@@ -117,7 +117,6 @@ def _objective_eval(path: str, recorded: dict, cfg, dataset: str, data_dir: str 
     from vit_jax.eval.classification import evaluate
     from vit_jax.eval.inference import build_inference
     from vit_jax.eval.segmentation import evaluate_segmentation
-    from vit_jax.train import segmentation  # noqa: F401 - registers the segmentation objective
     from vit_jax.train.config import OBJECTIVES
     from vit_jax.train.objectives import make_objective
 

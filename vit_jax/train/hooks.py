@@ -22,6 +22,7 @@ import numpy as np
 
 from vit_jax.eval.classification import evaluate
 from vit_jax.eval.fewshot import fewshot_on_datasets
+from vit_jax.eval.segmentation import evaluate_segmentation
 from vit_jax.models.bit_config import BiTConfig
 from vit_jax.storage.jsonl import read_jsonl
 from vit_jax.train.metrics import format_duration
@@ -269,6 +270,22 @@ class MaskedPatchEvalHook(EvalHook):
                f"{int(result['count'])} examples")
 
 
+@evaluator("segmentation")
+class SegmentationEvalHook(EvalHook):
+    """mIoU and pixel accuracy on data.eval_split (every eval interval and at the end); the highest mIoU is the
+    best."""
+
+    def run(self, step, it):
+        result = run_eval(self.ctx, evaluate_segmentation)
+        self.last_step = step
+        self.latest = {"eval/miou": result["miou"], "eval/pixel_acc": result["pixel_acc"], "eval/loss": result["loss"],
+                       "eval/count": result["count"]}
+        keep_best(self.ctx, step, "eval/miou", result["miou"], higher_is_better=True)
+        self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
+        _print(f"eval step {step}: mIoU {100 * result['miou']:.2f}% | pixel acc {100 * result['pixel_acc']:.2f}% | "
+               f"loss {result['loss']:.4f} | {int(result['count'])} examples")
+
+
 def keep_best(ctx: HookContext, step: int, key: str, value: float, *, higher_is_better: bool) -> None:
     """Records `value` (and `step`) as the run's best when it is at least as good as the best so far."""
     best = ctx.progress["best"]
@@ -350,14 +367,16 @@ def _print(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-def run_eval(ctx: HookContext) -> dict[str, float]:
+def run_eval(ctx: HookContext, evaluate_fn: Callable = evaluate) -> dict[str, float]:
+    """`evaluate_fn(eval_step, params, batches)` (eval/classification.py's sums by default) on data.eval_split."""
     from vit_jax.data import pipeline
 
     c = ctx.config
     batches = pipeline.eval_iterator(ctx.dataset, split=c.data.eval_split, pp=c.data.pp_eval,
                                      global_batch_size=c.eval.batch_size or c.batch_size,
                                      sharding=ctx.program.batch_sh)
-    return evaluate(ctx.program.eval_step, ctx.params(), batches)
+    with batches:
+        return evaluate_fn(ctx.program.eval_step, ctx.params(), batches)
 
 
 def features_function(program) -> Callable:

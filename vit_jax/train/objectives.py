@@ -7,8 +7,8 @@ the sharding rules are the same for all of them.
   (train/hooks.py) reports the reconstruction loss on the eval split, with masks fixed across evaluations.
 - `masked_patch_prediction`: the ViT paper's self-supervision (models/mpp.py); labels are not read. Its evaluator
   `masked_patch` reports the masked-patch accuracy and loss on the eval split, with corruptions fixed likewise.
-- `segmentation`: per-pixel cross-entropy on the dense ViT with a pixel head (train/segmentation.py, with its
-  evaluator `segmentation`: mIoU and pixel accuracy); it registers itself in REGISTERED.
+- `segmentation`: per-pixel cross-entropy on the dense ViT with a pixel head (models/segmentation.py); its evaluator
+  `segmentation` (train/hooks.py) reports mIoU and pixel accuracy from one confusion matrix over the eval split.
 
 This module is part of the pure train step: it knows nothing of hooks, data pipelines or checkpoints.
 """
@@ -24,12 +24,15 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.data.mixup import mixup
+from vit_jax.errors import UserError
+from vit_jax.eval.segmentation import make_segmentation_eval_step
 from vit_jax.eval.steps import make_eval_step
 from vit_jax.models.build import ModelConfig, build_model
-from vit_jax.models.flops import Flops, mae_flops, model_flops, mpp_flops
+from vit_jax.models.flops import Flops, mae_flops, model_flops, mpp_flops, segmentation_flops
 from vit_jax.models.losses import LOSSES, smooth_labels
 from vit_jax.models.mae import MASK_STREAM, MAEConfig, MAEViT, masked, patch_orders, reconstruction_loss
 from vit_jax.models.mpp import CORRUPTION_STREAM, MPPConfig, MPPViT, corrupt_patches, prediction_loss, targets
+from vit_jax.models.segmentation import SegmentationViT, pixel_cross_entropy
 from vit_jax.models.vit import FunctionalViT
 
 
@@ -175,9 +178,47 @@ def mpp_config(config: ml_collections.ConfigDict) -> MPPConfig:
     return MPPConfig(**config.mpp.to_dict())
 
 
-# Objectives that live in modules of their own (which import this one) register a factory (config, model_cfg) ->
-# Objective here: `segmentation` (train/segmentation.py, imported by train/program.py).
-REGISTERED: dict[str, Callable[[ml_collections.ConfigDict, ModelConfig], Objective]] = {}
+MASK_KEY = "segmentation"
+
+
+class MissingMaskError(UserError, ValueError):
+    """The batches carry no (or a misshapen) segmentation map."""
+
+
+def check_batch(batch: dict) -> None:
+    """A clear error (at trace time: shapes are static) when the op string did not produce an aligned map."""
+    if MASK_KEY not in batch:
+        raise MissingMaskError("objective 'segmentation' needs a `segmentation` map in every batch: add "
+                               "decode_mask (e.g. decode_mask('segmentation_mask')) to data.pp_train and data.pp_eval")
+    if tuple(batch[MASK_KEY].shape[1:]) != tuple(batch["image"].shape[1:3]):
+        raise MissingMaskError(f"segmentation maps {tuple(batch[MASK_KEY].shape[1:])} and images "
+                               f"{tuple(batch['image'].shape[1:3])} differ in size: resize/crop with ops after "
+                               "decode_mask, which move both")
+
+
+class Segmentation(Objective):
+    def __init__(self, model_cfg: ModelConfig, num_classes: int):
+        self.num_classes = num_classes
+        self.model = FunctionalViT(model_cfg, functools.partial(SegmentationViT, num_classes=num_classes))
+        self.needs_rng = _needs_rng(model_cfg)
+        self.flops = segmentation_flops(model_cfg, num_classes)
+
+    def inputs(self, batch, key):
+        check_batch(batch)
+        return {"image": batch["image"], MASK_KEY: batch[MASK_KEY]}
+
+    def loss(self, params, inputs, key):
+        logits, _ = self.model.apply(params, inputs["image"], train=True, rng=key if self.needs_rng else None)
+        return pixel_cross_entropy(logits, inputs[MASK_KEY])
+
+    def eval_step(self):
+        step = make_segmentation_eval_step(self.model)
+
+        def eval_step(params, batch):
+            check_batch(batch)
+            return step(params, batch)
+
+        return eval_step
 
 
 def make_objective(config: ml_collections.ConfigDict, model_cfg: ModelConfig) -> Objective:
@@ -186,7 +227,7 @@ def make_objective(config: ml_collections.ConfigDict, model_cfg: ModelConfig) ->
         return MAE(model_cfg, mae_config(config))
     if config.objective == "masked_patch_prediction":
         return MaskedPatchPrediction(model_cfg, mpp_config(config))
-    if config.objective in REGISTERED:
-        return REGISTERED[config.objective](config, model_cfg)
+    if config.objective == "segmentation":
+        return Segmentation(model_cfg, config.segmentation.num_classes)
     return Classification(build_model(model_cfg), config.loss.kind, config.loss.label_smoothing,
                           config.loss.mixup_alpha)

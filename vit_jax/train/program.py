@@ -23,7 +23,6 @@ from vit_jax.parallel.distributed import SyncedJit
 from vit_jax.train import config as config_lib
 from vit_jax.train.objectives import Objective, make_objective
 from vit_jax.train.optimizer import make_optimizer, make_schedule
-from vit_jax.train import segmentation  # noqa: F401 - registers its evaluator before configs are checked
 from vit_jax.train.step import init_state, make_train_step
 
 
