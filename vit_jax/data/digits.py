@@ -37,12 +37,16 @@ def digit_gray(pixels_0_16: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
     return np.asarray(Image.fromarray(gray).resize((size, size), Image.Resampling.BILINEAR))
 
 
+def png_bytes(pixels: np.ndarray) -> bytes:
+    """A uint8 (H, W) or (H, W, 3) array as PNG bytes."""
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "PNG")
+    return out.getvalue()
+
+
 def digit_png(pixels_0_16: np.ndarray, size: int = IMAGE_SIZE) -> bytes:
     """An 8x8 digit (values 0..16) as a size x size RGB PNG."""
-    big = digit_gray(pixels_0_16, size)
-    out = io.BytesIO()
-    Image.fromarray(np.repeat(big[:, :, None], 3, axis=2)).save(out, "PNG")
-    return out.getvalue()
+    return png_bytes(np.repeat(digit_gray(pixels_0_16, size)[:, :, None], 3, axis=2))
 
 
 class Digits(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):

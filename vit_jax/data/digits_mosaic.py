@@ -13,11 +13,8 @@ build. Splits: train 2,000 / test 500 mosaics.
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import tensorflow_datasets as tfds
-from PIL import Image
 
 from vit_jax.data import digits, features
 from vit_jax.data.decode import BuildReport
@@ -28,12 +25,6 @@ NOISE_MAX, INK_MIN = 48, 96
 NUM_CLASSES = 11  # background + 10 digits
 SEED = 0
 SPLITS = {"train": (0, 2000), "test": (1, 500)}  # split -> (seed stream, number of mosaics)
-
-
-def _png(pixels: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "PNG")
-    return out.getvalue()
 
 
 def mosaic(images: np.ndarray, targets: np.ndarray, pool: np.ndarray,
@@ -87,4 +78,4 @@ class DigitsMosaic(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
             image, seg = mosaic(images, targets, pool, np.random.default_rng([SEED, stream, i]))
             key = f"mosaic_{split}_{i:05d}"
             self.build_report.add("kept", key)
-            yield i, {"image": _png(image), "segmentation": _png(seg), "id": key}
+            yield i, {"image": digits.png_bytes(image), "segmentation": digits.png_bytes(seg), "id": key}
