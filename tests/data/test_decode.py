@@ -109,3 +109,25 @@ def test_jpeg_size_reads_the_frame_header_like_pil(gen):
     for data in (gen.encode(pixels, fmt="PNG"), b"", b"\xff\xd8", b"\xff\xd8\xff\xe0\x00",
                  gen.bad_images()["skipped_corrupt"], b"\xff\xd8\xff\xda\x00\x02"):
         assert decode.jpeg_size(data) is None
+
+
+def test_plain_pngs_decode_like_pil_and_other_pngs_keep_pils_conversions(gen):
+    # 8-bit gray and RGB PNGs take OpenCV's decoder: the same pixels as PIL's. Palette, alpha and 16-bit PNGs are
+    # left to PIL (plain_png_size says None), and damaged PNGs are DecodeErrors either way.
+    pixels = gen.photo(40, 48, seed=5)
+    for mode in ("RGB", "L"):
+        out = io.BytesIO()
+        Image.fromarray(pixels).convert(mode).save(out, "PNG")
+        data = out.getvalue()
+        assert decode.plain_png_size(data) == (48, 40)
+        want = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        np.testing.assert_array_equal(decode.decode_rgb(data), want)
+        for bad in (data[: len(data) // 2], data[:40] + bytes(len(data) - 40)):
+            with pytest.raises(decode.DecodeError):
+                decode.decode_rgb(bad)
+    for mode in ("P", "RGBA", "LA", "I;16"):
+        out = io.BytesIO()
+        img = Image.fromarray(pixels).convert("L" if mode == "I;16" else mode)
+        (Image.fromarray(np.asarray(img, np.uint16) * 257) if mode == "I;16" else img).save(out, "PNG")
+        assert decode.plain_png_size(out.getvalue()) is None, mode
+    assert decode.plain_png_size(gen.encode(pixels)) is None  # a JPEG

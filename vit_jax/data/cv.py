@@ -1,4 +1,4 @@
-"""The OpenCV pixel kernels of the input pipeline: JPEG decoding, resizing and mirroring of uint8 images.
+"""The OpenCV pixel kernels of the input pipeline: JPEG and plain PNG decoding, resizing and mirroring of uint8 images.
 
 OpenCV is used where it is measurably faster than PIL on the host (see docs/BENCHMARKS.md, "Data pipeline"):
 `cv2.imdecode` decodes a JPEG ~20% faster than PIL (same libjpeg-turbo algorithm, bit-identical pixels) and
@@ -37,6 +37,14 @@ def decode_jpeg(data: bytes, scale: int = 1) -> np.ndarray | None:
     """
     pixels = cv2.imdecode(np.frombuffer(data, np.uint8), _DECODE_FLAGS[scale])
     if pixels is None or pixels.ndim != 3 or pixels.shape[2] != 3:
+        return None
+    return pixels
+
+
+def decode_png(data: bytes) -> np.ndarray | None:
+    """Decodes 8-bit grayscale or RGB PNG bytes to uint8 RGB (H, W, 3); None when OpenCV rejects the data."""
+    pixels = cv2.imdecode(np.frombuffer(data, np.uint8), _RGB)
+    if pixels is None or pixels.ndim != 3 or pixels.shape[2] != 3 or pixels.dtype != np.uint8:
         return None
     return pixels
 

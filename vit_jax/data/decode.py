@@ -96,7 +96,28 @@ def decode_rgb(data: bytes) -> np.ndarray:
         pixels = cv.decode_jpeg(data)
         if pixels is not None:
             return pixels
+    elif (size := plain_png_size(data)) is not None:
+        check_pixels(*size)
+        pixels = cv.decode_png(data)
+        if pixels is not None:
+            return pixels
     return np.asarray(load_rgb(open_rgb_lazy(data)))
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def plain_png_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of an 8-bit grayscale or RGB PNG, from its IHDR chunk; None for any other data.
+
+    Those two layouts decode to the same RGB pixels in OpenCV as in PIL (gray replicated, no alpha, no palette), ~3x
+    faster (37 against 107 us for a digits scan); 16-bit, palette and alpha PNGs keep PIL's conversions (16-bit is
+    rescaled by load_rgb, where OpenCV would shift)."""
+    if len(data) < 33 or data[:8] != _PNG_SIGNATURE or data[12:16] != b"IHDR":
+        return None
+    width, height = struct.unpack(">II", data[16:24])
+    bit_depth, color_type = data[24], data[25]
+    return (width, height) if width and height and bit_depth == 8 and color_type in (0, 2) else None
 
 
 def decode_labels(data: bytes) -> np.ndarray:
