@@ -87,6 +87,32 @@ def configure_storage_env(environ=os.environ) -> None:
         fsspec.config.conf.setdefault("gs", {}).setdefault("token", environ["FSSPEC_GS_TOKEN"])
 
 
+# glibc malloc's tunables (mallopt(3)). By default glibc serves blocks above a (dynamic, at most 32 MiB) threshold
+# with a fresh mmap and returns freed memory at the top of the heap to the kernel, so XLA:CPU's per-step temporaries
+# and the data pipeline's batches are new mappings every step whose pages the kernel must fault in and zero again
+# (expensive in a VM): the demo took 8.3M page faults and 24 s of system time in 74 s (2026-12-02, 2 cores). Kept
+# in the process instead (blocks below 1 GiB from the heap, freed memory kept, the heap grown 512 MiB at a time,
+# two arenas): 0.5M faults, 4.5 s of system time, 61 s, as fast as tcmalloc; the same numbers to the last digit.
+# The cost: a process keeps its peak heap until it exits. VIT_JAX_MALLOC=default leaves glibc's defaults.
+_MALLOPT = {"M_TRIM_THRESHOLD": (-1, 2**31 - 1), "M_TOP_PAD": (-2, 512 * 2**20), "M_MMAP_THRESHOLD": (-3, 2**30),
+            "M_ARENA_MAX": (-8, 2)}
+
+
+def tune_malloc() -> bool:
+    """Applies _MALLOPT to this process's glibc malloc (before the first large allocations); False where not glibc
+    or switched off by VIT_JAX_MALLOC=default."""
+    import ctypes
+    import platform
+
+    if os.environ.get("VIT_JAX_MALLOC", "") == "default" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return all(libc.mallopt(param, value) == 1 for param, value in _MALLOPT.values())
+
+
 _configured = False  # configure_jax has run in this process
 
 
@@ -94,6 +120,7 @@ def configure_jax(num_cpu_devices: int | None = None, cache_dir: str | os.PathLi
     """Sets up JAX for this process: call once, early, before any computation."""
     global _configured
     _configured = True
+    tune_malloc()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import jax
 
