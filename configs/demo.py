@@ -2,8 +2,8 @@
 
 The main job of the README (`make demo`): it exercises the whole path — dataset build, sharded training over all
 local devices, evaluation, checkpoints, metrics (TensorBoard + metrics.jsonl), summary.json and the curve plot —
-in about three minutes on 2 CPU cores (2 min 56 s measured on 2026-12-01). Expected result: >= 95% test accuracy
-(360 test images, 10 classes).
+in about a minute on 2 CPU cores (56-60 s on an idle machine, 2026-12-02). Expected result: >= 95% test
+accuracy (360 test images, 10 classes; 96.1-98.9% over seeds 0-4, 98.9% with the default seed 0).
 
     python -m vit_jax.main --config=configs/demo.py --workdir=workdirs/demo
 
@@ -20,10 +20,11 @@ def get_config(arg=None):
     del arg
     c = default_config()
     c.seed = 0
-    # A custom size: 4 blocks of width 128 on 4x4 patches. The digits are 8x8 scans stored at 32x32; 16x16 keeps all
-    # their detail with a 4x4 patch grid (16 tokens), which makes the demo 4x cheaper than 32x32.
+    # A custom size: 4 blocks of width 64 on 4x4 patches. The digits are 8x8 scans stored at 32x32; 16x16 keeps all
+    # their detail with a 4x4 patch grid (16 tokens), which makes the demo 4x cheaper than 32x32. Width 64 for 60
+    # epochs beats width 128 for 40 (seeds 0-4: 96.1-98.9% against 96.4% at seed 0) in ~0.6x the time (2026-12-02).
     c.model.variant = ""
-    c.model.width, c.model.depth, c.model.mlp_dim, c.model.num_heads = 128, 4, 256, 4
+    c.model.width, c.model.depth, c.model.mlp_dim, c.model.num_heads = 64, 4, 128, 4
     c.model.patch_size = 4
     c.model.image_size = 16
     c.model.pool = "gap"
@@ -34,7 +35,7 @@ def get_config(arg=None):
     c.data.pp_train = "decode|resize(18)|random_crop(16)|value_range(-1,1)"
     c.data.pp_eval = "decode|resize(16)|value_range(-1,1)"
     c.batch_size = 128
-    c.total_epochs = 40.0
+    c.total_epochs = 60.0
     c.optimizer.name = "adamw"
     c.optimizer.lr = 2e-3
     c.optimizer.weight_decay = 0.05
@@ -43,9 +44,9 @@ def get_config(arg=None):
     c.optimizer.grad_clip_norm = 1.0
     c.loss.label_smoothing = 0.1
     c.log_every_steps = 50
-    c.eval.every_epochs = 10.0
-    c.checkpoint.every_epochs = 10.0
+    c.eval.every_epochs = 15.0
+    c.checkpoint.every_epochs = 15.0
     c.eval.fewshot.datasets = ("digits",)
     c.eval.fewshot.shots = (1, 5, 10)
-    c.eval.fewshot.every_epochs = 20.0
+    c.eval.fewshot.every_epochs = 30.0
     return c

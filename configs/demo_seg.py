@@ -18,7 +18,7 @@ def get_config(arg=None):
     c.seed = 0
     c.objective = "segmentation"
     c.segmentation.num_classes = 11
-    # The classification demo's model (configs/demo.py: 4 blocks of width 128), dense, on 8x8 patches: one token per
+    # A ViT of 4 blocks of width 128 (the classification demo's until 2026-12-02), dense, on 8x8 patches: one token per
     # mosaic cell (a 4x4 grid), whose features -> the 8x8x11 logits of its pixels. On 4x4 patches (an 8x8 grid, 4x
     # the compute per image) the same budget reached only 50% mIoU (8 epochs, 6 min on a loaded machine).
     c.model.variant = ""

@@ -15,7 +15,7 @@ Result and timing: docs/sweeps.md.
 DIGITS_TRAIN = 1437  # images in the digits training split
 EXAMPLES = 15 * DIGITS_TRAIN
 
-# Same labels as configs/sweeps/demo_scaling.py: the demo ViT (4 blocks of width 128 on 4x4 patches) and the BiT
+# Same labels as configs/sweeps/demo_scaling.py: a ViT of 4 blocks of width 128 on 4x4 patches (the demo's model until 2026-12-02) and the BiT
 # ResNet-v2 of two one-unit stages (ViT options back at their defaults).
 MODELS = {
     "w128-d4": {"model.width": 128, "model.depth": 4, "model.mlp_dim": 256, "model.num_heads": 4},

@@ -1,7 +1,7 @@
 """Demo scaling study: the ViT paper's compute-versus-accuracy sweep shrunk onto the embedded digits data.
 
-The paper's three families (§4.4, Figure 5), each small: three ViT sizes (from a 2-block width-32 ViT up to the demo
-model itself, 4 blocks of width 128; all on 4x4 patches of the demo's 16x16 images) at two training lengths, and a
+The paper's three families (§4.4, Figure 5), each small: three ViT sizes (from a 2-block width-32 ViT up to the
+4 blocks of width 128 of the demo's model until 2026-12-02; all on 4x4 patches of the demo's 16x16 images) at two training lengths, and a
 BiT ResNet-v2 of two one-unit stages (BiT-R1-1x1) and a hybrid (a one-unit BiT stem, /4, under a 2-block width-64
 ViT on its 4x4 feature map) at the shorter one: eight runs of configs/demo.py, all with the demo's recipe (Adam, as
 the paper trained its ResNets), that together finish in well under 15 minutes on 2 CPU cores (most of each run is
@@ -19,7 +19,7 @@ hybrid 96.7% against 89.2%).
 MODELS = {
     "w32-d2": {"model.width": 32, "model.depth": 2, "model.mlp_dim": 64, "model.num_heads": 2},
     "w64-d4": {"model.width": 64, "model.depth": 4, "model.mlp_dim": 128, "model.num_heads": 2},
-    "w128-d4": {"model.width": 128, "model.depth": 4, "model.mlp_dim": 256, "model.num_heads": 4},  # the demo model
+    "w128-d4": {"model.width": 128, "model.depth": 4, "model.mlp_dim": 256, "model.num_heads": 4},  # the demo's model until 2026-12-02
 }
 # The other two families, at the shortest training length only.
 OTHER_FAMILIES = {

@@ -144,7 +144,9 @@ def test_a_save_refused_by_the_os_stops_the_run_with_one_line_and_exit_74(tmp_pa
         resource.setrlimit(resource.RLIMIT_FSIZE, (2 * 2**20, 2 * 2**20))
 
     workdir = tmp_path / "run"
-    cmd = train_command(workdir, digits_data_dir, "--config.total_steps=8", "--config.checkpoint.every_steps=2")
+    # Width 128: a checkpoint's array file outgrows the 2 MiB limit within the first saves (width 64's do not).
+    cmd = train_command(workdir, digits_data_dir, "--config.total_steps=8", "--config.checkpoint.every_steps=2",
+                        "--config.model.width=128", "--config.model.mlp_dim=256")
     out = subprocess.run(cmd, env={**env(), "VIT_JAX_CACHE_DIR": "none"}, cwd=ROOT, capture_output=True, text=True,
                          timeout=600, preexec_fn=limit_file_size)
     assert out.returncode == SAVE_FAILED_EXIT_CODE, out.stderr[-3000:]

@@ -35,7 +35,7 @@ def test_logits_per_pixel_and_zero_initialised_head():
     assert logits.shape == (2, 16, 16, K) and logits.dtype == jnp.float32
     assert out["tokens"].shape == (2, 4, 4, 32)
     labels = jnp.zeros((2, 16, 16), jnp.int32)
-    np.testing.assert_allclose(pixel_cross_entropy(logits, labels), np.log(K), rtol=1e-6)  # zero head: uniform
+    np.testing.assert_allclose(pixel_cross_entropy(logits, labels), np.log(K), rtol=1e-5)  # zero head: uniform (a float32 mean over 512 pixels)
     assert set(params["head"]) == {"norm", "classifier"}
     assert params["head"]["classifier"]["kernel"].shape == (32, 16 * K)
 
