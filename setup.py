@@ -48,7 +48,9 @@ setup(
         # jax[tpu] brings libtpu (0.0.42.x for jax 0.10.2): the TPU compiler that `vit-jax plan --topology` and the
         # pod launcher's --preflight use on machines without a TPU, and that the tests exercise (684 MB).
         # gcp-storage-emulator: the GCS API server on localhost that tests/storage and `bench data --remote` use.
-        "test": ["pytest>=8", "pytest-timeout>=2.2", "jax[tpu]>=0.10.2,<0.11", "gcp-storage-emulator>=2026.7"],
+        # pytest-xdist: `make test` runs the suite on two workers (tests/conftest.py groups the files).
+        "test": ["pytest>=8", "pytest-timeout>=2.2", "pytest-xdist>=3.6", "jax[tpu]>=0.10.2,<0.11",
+                 "gcp-storage-emulator>=2026.7"],
         "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
     },

@@ -6,10 +6,15 @@ import os
 
 import pytest
 
+from tests.launch.helpers import ROOT, trainer
+
 
 @pytest.mark.slow
-def test_demo_trains_to_95_percent(local_demo):
-    workdir = local_demo.result()  # `make demo`'s command, run once per session (tests/conftest.py)
+def test_demo_trains_to_95_percent(tmp_path, digits_data_dir, start_job):
+    workdir = tmp_path / "demo"  # `make demo`'s command
+    job = start_job(trainer(f"--config={ROOT / 'configs' / 'demo.py'}", f"--workdir={workdir}",
+                            f"--config.data.data_dir={digits_data_dir}"))
+    assert job.finish(timeout=900) == 0, job.tail()
     summary = json.loads((workdir / "summary.json").read_text())
     assert summary["final"]["eval/top1"] >= 0.95, summary["final"]
     assert summary["final"]["eval/count"] == 360
