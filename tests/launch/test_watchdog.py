@@ -139,3 +139,18 @@ def test_the_poll_interval_grows_with_the_job_so_the_coordinator_is_not_flooded(
 def test_fail_fast_is_a_no_op_for_a_single_process():
     assert wd.active() is None
     wd.fail_fast(RuntimeError("single process: the caller re-raises"))  # returns
+
+
+def test_a_save_that_failed_because_its_collective_lost_a_peer_reads_as_a_lost_peer_not_as_this_process_failing():
+    JaxRuntimeError = type("JaxRuntimeError", (RuntimeError,), {})  # jax's class, by name as the watchdog checks
+    gloo = JaxRuntimeError("UNKNOWN: Gloo AllGather failed: pair.cc:538 Read error [127.0.0.1]:4242: Connection "
+                           "reset by peer")
+    try:
+        try:
+            raise gloo
+        except RuntimeError as e:
+            raise OSError("could not write the checkpoint of step 10: JaxRuntimeError: UNKNOWN: Gloo ...") from e
+    except OSError as save_error:
+        assert wd.looks_like_lost_peer(save_error)
+    assert not wd.looks_like_lost_peer(OSError("[Errno 28] No space left on device"))
+    assert not wd.looks_like_lost_peer(JaxRuntimeError("RESOURCE_EXHAUSTED: out of memory"))

@@ -244,8 +244,15 @@ _LOST_PEER_SIGNS = re.compile(r"[Gg]loo|Connection (reset|closed|refused)|Broken
 
 
 def looks_like_lost_peer(exc: BaseException) -> bool:
-    """A JAX runtime error from cross-process communication (what a dead peer looks like from a live one)."""
-    return type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and bool(_LOST_PEER_SIGNS.search(str(exc)))
+    """A JAX runtime error from cross-process communication (what a dead peer looks like from a live one), itself
+    or as the cause of `exc`: a checkpoint save whose all-gather lost its peer is a CheckpointSaveError from it."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and _LOST_PEER_SIGNS.search(str(exc)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _excepthook(exc_type, exc, tb) -> None:
