@@ -59,25 +59,18 @@ def mosaic_data_dir(tmp_path_factory) -> str:
     return path
 
 
-# `make test` runs the suite on two pytest-xdist workers with --dist loadgroup: each test file is one group (its
-# module fixtures are built once), and files that share an expensive session fixture form one group, so that the
-# fixture is not built on both workers: the uninterrupted 1- and 2-process reference runs of the local and the SLURM
-# launcher tests.
-SHARED_GROUPS = {
-    "tests/launch/test_multiprocess_training.py": "two_process", "tests/launch/test_slurm_cluster.py": "two_process",
-}
-# The longest groups go first (longest-processing-time-first scheduling), so no long one starts last and leaves one
+# `make test` runs the suite on two pytest-xdist workers with --dist loadfile: each test file runs on one worker, so
+# its module fixtures are built once, and the SLURM tests never run two local clusters at once (their jobs would share
+# ids, hence JAX coordinator ports, and abort each other's jobs: "unexpectedly tried to connect with a different
+# incarnation"). Not --dist loadgroup: pytest-xdist 3.8 marks a group by rewriting `item._nodeid`, which pytest 9
+# no longer reads (seen 2026-12-02: no grouping at all).
+# The longest files go first (longest-processing-time-first scheduling), so no long one starts last and leaves one
 # worker idle at the end. Measured on 2 cores (2026-12-02); the other files follow in collection order.
-LONGEST_FIRST = ("tests/storage/test_pod_storage.py", "two_process", "tests/train/test_trainer.py", "tests/test_demo.py",
+LONGEST_FIRST = ("tests/storage/test_pod_storage.py", "tests/launch/test_slurm_cluster.py",
+                 "tests/launch/test_multiprocess_training.py", "tests/train/test_trainer.py", "tests/test_demo.py",
                  "tests/train/test_resume.py", "tests/checkpoints/test_checkpoint_failures.py", "tests/train/test_step.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    def group(item) -> str:
-        path = Path(item.fspath).relative_to(ROOT).as_posix()
-        return SHARED_GROUPS.get(path, path)
-
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(group(item), len(rank)))
+    items.sort(key=lambda item: rank.get(Path(item.fspath).relative_to(ROOT).as_posix(), len(rank)))
