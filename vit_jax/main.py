@@ -41,7 +41,12 @@ def _main(argv: list[str]) -> None:
     from vit_jax.train.trainer import Trainer
 
     try:
-        result = Trainer(config, workdir).train()
+        if config.get("stages"):
+            from vit_jax.train.stages import run_stages
+
+            result = run_stages(config, workdir, lambda c, w: Trainer(c, w).train())
+        else:
+            result = Trainer(config, workdir).train()
     except UserError as e:
         from vit_jax.parallel import watchdog
 

@@ -144,6 +144,12 @@ def default_config() -> ml_collections.ConfigDict:
         initialization_timeout_s=300,
     )
     c.num_cpu_devices = 0  # > 0: simulate this many CPU devices (development / tests)
+    # A multi-stage run (train/stages.py): ((name, {dotted key: value}), ...), each stage this config with its
+    # overrides, trained in order in WORKDIR/name ('{workdir}' in a string value: this run's workdir, so that
+    # init.checkpoint='{workdir}/pretrain' starts from an earlier stage). Empty: one run.
+    c.stages = ()
+    # Results copied into WORKDIR/summary.json: ((key, 'STAGE:METRIC'), ...), a stage's final metric each.
+    c.stage_results = ()
     return c
 
 

@@ -41,6 +41,9 @@ def log(msg: str) -> None:
 class Trainer:
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         config_lib.validate(config)
+        if config.stages:
+            raise config_lib.ConfigError("this config has stages: run it with `python -m vit_jax.main` (each stage "
+                                         "trains in WORKDIR/<stage>; train/stages.py), not with one Trainer")
         hooks_lib.check_evaluators(tuple(config.eval.evaluators))
         self.config = config
         self.workdir = workdir = wd.resolve(workdir)  # Orbax needs absolute paths; buckets stay as they are
