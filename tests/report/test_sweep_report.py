@@ -94,7 +94,7 @@ def test_report_marks_frontier_sorts_by_compute_and_writes_files(sweep_root, cap
 def test_selected_metric_decides_the_frontier(sweep_root):
     assert cli.main(["report", str(sweep_root), "--metric", "fewshot/digits/5shot", "--progress", "epochs"]) == 0
     rows = read_csv(sweep_root / "report" / "results.csv")
-    assert list(rows[0])[10] == "fewshot/digits/5shot [%]"  # the chosen metric is the first accuracy column
+    assert list(rows[0])[11] == "fewshot/digits/5shot [%]"  # the chosen metric is the first accuracy column
     assert {r["run"] for r in rows if r["pareto"] == "*"} == FEWSHOT_FRONTIER
 
 
@@ -196,7 +196,7 @@ def test_finetuned_accuracy_is_plotted_against_pretraining_compute(sweep_root, t
                                                             "best": "97.00"}
     assert rows["mid-twin"][column] == ""  # never fine-tuned
     assert {r for r in rows if rows[r]["pareto"] == "*"} == {"cheap", "slow-worse", "best"}
-    assert list(rows["cheap"])[10] == column  # the selected metric is the first accuracy column
+    assert list(rows["cheap"])[11] == column  # the selected metric is the first accuracy column
 
 
 def test_a_finetune_root_that_matches_no_run_is_reported(sweep_root, tmp_path):
@@ -250,3 +250,40 @@ def test_data_size_sweep_gets_accuracy_against_training_set_size(tmp_path):
     assert list(lines["vit (Transformer (ViT))"].get_xdata()) == [144, 431, 1437]
     assert list(lines["bit (ResNet (BiT))"].get_ydata()) == pytest.approx([80.0, 85.0, 95.0])
     assert paths[-3:] == [root / "report" / f for f in ("report.md", "report.html", "results.csv")]
+
+
+def write_recipe(root: Path) -> Path:
+    """A finished multi-stage run (train/stages.py) as configs/demo_ssl.py leaves it: MAE pretraining, a fine-tune
+    from it, and a from-scratch control with the compute of both."""
+    for stage, exaflops, top1, objective in (("pretrain", 3.0, None, "mae"), ("finetune", 1.0, 0.9, "classification"),
+                                             ("scratch", 4.0, 0.8, "classification")):
+        write_run(root, stage, exaflops, top1 or 0.0, 0.5, "ViT")
+        summary = json.loads((root / stage / "summary.json").read_text())
+        summary["config"] = {"objective": objective,
+                             "init": {"checkpoint": str(root / "pretrain") if stage == "finetune" else ""}}
+        if top1 is None:
+            summary["final"] = {"eval/reconstruction_loss": 0.3}
+        (root / stage / "summary.json").write_text(json.dumps(summary))
+    (root / "summary.json").write_text(json.dumps({"status": "finished", "stages": {
+        "pretrain": {}, "finetune": {}, "scratch": {}}, "ssl_finetune_top1": 0.9, "scratch_top1": 0.8}))
+    return root
+
+
+def test_a_multi_stage_run_reports_label_free_and_supervised_points_at_their_whole_compute(tmp_path):
+    # The report of the recipe's own workdir and of a sweep root holding it: the fine-tune stands at the compute of
+    # pretraining plus fine-tuning, marked label-free, beside the supervised control.
+    recipe = write_recipe(tmp_path / "sweep" / "ssl")
+    for root, prefix in ((recipe, "ssl/"), (tmp_path / "sweep", "ssl/")):
+        states, _ = read_sweep_root(root)
+        assert [s.name for s in states] == [f"{prefix}pretrain", f"{prefix}finetune", f"{prefix}scratch"]
+        rows = {r.run: r for r in sweep_rows(states, "eval/top1")}
+        ft, scratch = rows[f"{prefix}finetune"], rows[f"{prefix}scratch"]
+        assert (ft.exaflops, ft.pretraining, ft.label_free) == (4.0, "label-free (mae)", True)
+        assert (scratch.exaflops, scratch.pretraining, scratch.label_free) == (4.0, "", False)
+    assert cli.main(["report", str(recipe)]) == 0
+    csv_rows = {r["run"]: r for r in read_csv(recipe / "report" / "results.csv")}
+    assert csv_rows["ssl/finetune"]["pretraining"] == "label-free (mae)" and csv_rows["ssl/scratch"]["pretraining"] == ""
+    fig = pareto_figure(sweep_rows(read_sweep_root(recipe)[0], "eval/top1"), "eval/top1", "device-days",
+                        tmp_path / "p.png")
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "Transformer (ViT)" in labels and "Transformer (ViT), label-free pretraining + fine-tuning" in labels

@@ -46,8 +46,15 @@ class Row:
     img_per_sec: float | None = None
     mfu: float | None = None
     train_examples: int | None = None  # size of the training set the run used (after data.fraction)
+    # How the run's initial weights were learnt, when they come from another run of the report (init.checkpoint):
+    # "supervised" or "label-free (<objective>)"; "" for runs trained from scratch (or from outside weights).
+    pretraining: str = ""
     accuracy: dict[str, float] = dataclasses.field(default_factory=dict)
     pareto: bool = False
+
+    @property
+    def label_free(self) -> bool:
+        return self.pretraining.startswith("label-free")
 
 
 def family_of(model: str) -> str:
@@ -123,10 +130,18 @@ def sweep_rows(states: list[RunState], metric: str, device_key: str = "device_da
 
     `finetuned` (finetune_accuracy) adds each run's fine-tuned accuracies as more columns."""
     rows = []
+    by_workdir = {resolve(str(s.workdir).rstrip("/")): s for s in states}
     for s in states:
         if not s.finished:
             continue
         summary = s.summary or {}
+        exaflops, pretraining = s.exaflops, ""
+        if (source := _init_run(summary, by_workdir)) is not None:
+            # Started from another run of the report: its compute is part of this result (the paper's compute axis
+            # counts pretraining), and what it learnt from says which kind of pretraining this point stands for.
+            exaflops = None if exaflops is None or source.exaflops is None else exaflops + source.exaflops
+            objective = nested_get(source.summary, "config", "objective") or "classification"
+            pretraining = "supervised" if objective == "classification" else f"label-free ({objective})"
         model = summary.get("model") or {}
         compute = summary.get("compute") or {}
         name = str(model.get("name") or model.get("variant") or s.name)
@@ -134,11 +149,21 @@ def sweep_rows(states: list[RunState], metric: str, device_key: str = "device_da
         accuracy.update({k: 100 * v for k, v in (finetuned or {}).get(s.name, {}).items()})
         rows.append(Row(source="sweep", run=s.name, model=name, family=str(model.get("family") or family_of(name)),
                         epochs=_num(summary.get("epochs")), steps=s.steps, params=model.get("params"),
-                        exaflops=s.exaflops, device_days=_num(compute.get(device_key)),
+                        exaflops=exaflops, device_days=_num(compute.get(device_key)),
                         img_per_sec=_num(compute.get("img_per_sec")), mfu=_num(compute.get("mfu")),
-                        train_examples=nested_get(summary, "dataset", "train_examples"), accuracy=accuracy))
+                        train_examples=nested_get(summary, "dataset", "train_examples"), accuracy=accuracy,
+                        pretraining=pretraining))
     mark_frontier(rows, metric)
     return sort_by_compute(rows)
+
+
+def _init_run(summary: dict, by_workdir: dict[str, RunState]) -> RunState | None:
+    """The run of the report whose workdir (or a checkpoint in it) the run's init.checkpoint names."""
+    init = nested_get(summary, "config", "init", "checkpoint")
+    if not init:
+        return None
+    init = resolve(str(init).rstrip("/"))
+    return next((s for wd, s in by_workdir.items() if init == wd or init.startswith(wd + "/")), None)
 
 
 def mark_frontier(rows: list[Row], metric: str) -> None:

@@ -33,11 +33,13 @@ def _panel(ax, rows: list[Row], cost_of, metric: str, xlabel: str, paper: list[R
     """Scatter of accuracy against a cost, one style per family, the frontier as a staircase."""
     points = [(cost_of(r), r.accuracy[metric], r) for r in rows
               if cost_of(r) is not None and cost_of(r) > 0 and metric in r.accuracy]
-    for family in sorted({r.family for _, _, r in points}):
+    for family, pretraining in sorted({(r.family, r.label_free) for _, _, r in points}):
         marker, colour, label = _style(family)
-        xs = [c for c, _, r in points if r.family == family]
-        ys = [a for _, a, r in points if r.family == family]
-        ax.scatter(xs, ys, marker=marker, color=colour, s=40, label=label, zorder=3)
+        mine = [(c, a) for c, a, r in points if (r.family, r.label_free) == (family, pretraining)]
+        if pretraining:  # fine-tuned from a label-free run: a star, its x the compute of both
+            marker, label = "*", f"{label}, label-free pretraining + fine-tuning"
+        ax.scatter([c for c, _ in mine], [a for _, a in mine], marker=marker, color=colour,
+                   s=90 if pretraining else 40, label=label, zorder=3)
     for c, a, r in points:
         ax.annotate(_short(r), (c, a), textcoords="offset points", xytext=(4, 4), fontsize=6, color="0.3")
     if points:

@@ -22,12 +22,12 @@ def _fmt(value, spec: str) -> str:
 def table(rows: list[Row], acc_keys: list[str], device_label: str,
           plain: bool = False) -> tuple[list[str], list[list[str]]]:
     """Header and formatted cells of the report table (markdown and HTML; `plain` numbers for CSV)."""
-    header = ["pareto", "source", "model", "epochs", "steps", "params", "exaFLOPs", device_label, "img/s", "MFU",
+    header = ["pareto", "source", "model", "pretraining", "epochs", "steps", "params", "exaFLOPs", device_label, "img/s", "MFU",
               *[f"{k} [%]" for k in acc_keys], "run"]
     cells = []
     for r in rows:
         cells.append([
-            "*" if r.pareto else "", r.source, r.model, _fmt(r.epochs, ".3g"), _fmt(r.steps, "d"),
+            "*" if r.pareto else "", r.source, r.model, r.pretraining, _fmt(r.epochs, ".3g"), _fmt(r.steps, "d"),
             _fmt(r.params, "d" if plain else ",d") if isinstance(r.params, int) else "", _fmt(r.exaflops, ".4g"),
             _fmt(r.device_days, ".4g"), _fmt(r.img_per_sec, ".1f"), _fmt(r.mfu, ".3f"),
             *[_fmt(r.accuracy.get(k), ".2f") for k in acc_keys], r.run,
@@ -69,7 +69,7 @@ def _html(title: str, intro: list[str], header: list[str], cells: list[list[str]
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}
-td:nth-child(2),td:nth-child(3),td:last-child{{text-align:left}}
+td:nth-child(2),td:nth-child(3),td:nth-child(4),td:last-child{{text-align:left}}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
 {''.join(f'<p>{html.escape(p)}</p>' for p in intro)}
@@ -130,6 +130,9 @@ def write_report(root: str, *, metric: str = "eval/top1", compare_paper: bool = 
              f"{time.strftime('%Y-%m-%d %H:%M')}.",
              "Rows are sorted by pretraining compute; '*' marks the Pareto frontier (no other run has at most the "
              "compute and at least the accuracy, one strictly)."]
+    if any(r.pretraining for r in rows):
+        intro.append("A run started from another run of the report (init.checkpoint) counts that run's compute too; "
+                     "'pretraining' says what that run learnt from: labels (supervised) or none (label-free).")
     if paper:
         intro.append("Paper rows: ViT paper Table 6 (JFT-300M pretraining, ImageNet top-1 after fine-tuning at "
                      "384 px); they are not part of the frontier.")

@@ -174,12 +174,26 @@ def write_manifest(root, source: str, base: str, runs: list[dict[str, Any]]) -> 
     (root / MANIFEST).write_text(json.dumps({"sweep": source, "base": base, "runs": runs}, indent=2) + "\n")
 
 
+def stage_runs(state: RunState) -> list[RunState]:
+    """The stages of a multi-stage run (train/stages.py: summary.json lists them), each a run of its own named
+    RUN/STAGE; [state] itself for any other run."""
+    stages = nested_get(state.summary, "stages")
+    if not isinstance(stages, dict) or not stages:
+        return [state]
+    return [read_run(state.workdir / stage, f"{state.name}/{stage}") for stage in stages]
+
+
 def read_sweep_root(root) -> tuple[list[RunState], list[str]]:
     """Every run under a sweep root: those in its manifest (also when never started) and any other directory with a
-    summary.json or metrics.jsonl. Returns the runs (manifest order, then by name) and problems found."""
+    summary.json or metrics.jsonl; a multi-stage run counts as its stages. The root may itself be a multi-stage run
+    (`vit-jax sweep report WORKDIR` of configs/demo_ssl.py). Returns the runs (manifest order, then by name) and
+    problems found."""
     root = as_path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"sweep root {root} does not exist; run `vit-jax sweep run CONFIG --root {root}` first")
+    itself = read_run(root, root.name)
+    if nested_get(itself.summary, "stages"):
+        return stage_runs(itself), []
     problems: list[str] = []
     names: list[str] = []
     if (root / MANIFEST).exists():
@@ -189,4 +203,4 @@ def read_sweep_root(root) -> tuple[list[RunState], list[str]]:
             problems.append(f"{root / MANIFEST} is unreadable; listing run directories only")
     others = sorted(p.name for p in root.iterdir()
                     if p.is_dir() and p.name not in names and ((p / SUMMARY).exists() or (p / METRICS).exists()))
-    return [read_run(root / name, name) for name in names + others], problems
+    return [stage for name in names + others for stage in stage_runs(read_run(root / name, name))], problems
