@@ -85,6 +85,12 @@ def configure_storage_env(environ=os.environ) -> None:
     fsspec = sys.modules.get("fsspec")
     if fsspec is not None and environ is os.environ:  # fsspec reads FSSPEC_* variables once, at its import
         fsspec.config.conf.setdefault("gs", {}).setdefault("token", environ["FSSPEC_GS_TOKEN"])
+    gcsfs = sys.modules.get("gcsfs")
+    if gcsfs is not None and environ is os.environ and environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] == "false":
+        # gcsfs chose its client class at its import, from this variable: imported earlier in this process (before
+        # the emulator was set: a notebook, a test session), it kept the probing one, 60-75 s per new bucket name.
+        for scheme in ("gs", "gcs"):
+            fsspec.register_implementation(scheme, gcsfs.core.GCSFileSystem, clobber=True)
 
 
 # glibc malloc's tunables (mallopt(3)). By default glibc serves blocks above a (dynamic, at most 32 MiB) threshold
