@@ -59,6 +59,31 @@ def mosaic_data_dir(tmp_path_factory) -> str:
     return path
 
 
+@pytest.fixture(scope="session")
+def gcs():
+    """A real GCS API server (gcp-storage-emulator) on localhost behind FaultProxy, for the rest of the session.
+    This process and the jobs it starts reach it through the proxy, exactly as users do: with
+    `STORAGE_EMULATOR_HOST` alone (vit_jax derives every client's settings from it)."""
+    import types
+
+    from tests.storage.helpers import BUCKET, DERIVED
+    from vit_jax import runtime
+    from vit_jax.storage.emulator import Emulator, FaultProxy
+
+    saved = {k: os.environ.get(k) for k in (*DERIVED, "STORAGE_EMULATOR_HOST")}
+    with Emulator(bucket=BUCKET) as emulator, FaultProxy(emulator.url) as proxy:
+        os.environ["STORAGE_EMULATOR_HOST"] = proxy.url
+        runtime.configure_storage_env()
+        try:
+            yield types.SimpleNamespace(emulator=emulator, proxy=proxy, bucket=f"gs://{BUCKET}")
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 # `make test` runs the suite on two pytest-xdist workers with --dist loadfile: each test file runs on one worker, so
 # its module fixtures are built once, and the SLURM tests never run two local clusters at once (their jobs would share
 # ids, hence JAX coordinator ports, and abort each other's jobs: "unexpectedly tried to connect with a different

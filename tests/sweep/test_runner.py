@@ -91,14 +91,17 @@ def test_dry_run_prints_every_command_and_launches_nothing(sweep_file, tmp_path,
     assert not root.exists()
 
 
-def test_tpu_launcher_dry_run_uses_launch_script_contract(sweep_file, tmp_path, capsys):
-    root = "gs://bucket/sweeps/s1"
+def test_tpu_launcher_dry_run_uses_launch_script_contract(sweep_file, tmp_path, capsys, gcs):
+    # A bucket root (a TPU pod's workdirs are in one): the dry run reads each run's status there.
+    root = f"{gcs.bucket}/sweeps/s1"
     assert cli.main(["run", str(sweep_file), "--root", root, "--launcher=tpu", "--launcher-arg=--name=pod-1",
                      "--launcher-arg=--zone=us-central2-b", "--dry-run"]) == 0
-    commands = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    out = capsys.readouterr().out
+    assert "# [1/4] model.width=16,total_steps=10: pending" in out, out
+    commands = [shlex.split(line) for line in out.splitlines() if not line.startswith("#")]
     first = commands[0]
     assert first[1].endswith("launch/tpu_vm.py")
-    assert first[2:7] == ["launch", "--workdir=gs://bucket/sweeps/s1/model.width=16,total_steps=10", "--name=pod-1",
+    assert first[2:7] == ["launch", f"--workdir={root}/model.width=16,total_steps=10", "--name=pod-1",
                           "--zone=us-central2-b", "--"]
     assert first[7].startswith("--config=")
     assert not any(a.startswith("--workdir") for a in first[7:])  # the launcher sets the trainer's workdir
