@@ -53,7 +53,7 @@ def get_config(arg=None):
     c.checkpoint.every_epochs = 50.0
     c.eval.fewshot.datasets = ()
 
-    mae = dict(mask_ratio=0.5, decoder_width=64, decoder_depth=2, decoder_heads=4, decoder_mlp_dim=128,
+    mae = dict(mask_ratio=0.75, decoder_width=64, decoder_depth=2, decoder_heads=4, decoder_mlp_dim=128,
                norm_pix_loss=True)
     c.mae.update(mae)
     pretrain = {
