@@ -54,15 +54,18 @@ def stage_configs(config: ml_collections.ConfigDict, workdir: str) -> list[tuple
 
 
 def _set(c: ml_collections.ConfigDict, key: str, value: Any, stage: str) -> None:
+    def unknown() -> config_lib.ConfigError:  # the valid keys are listed only when one is wrong
+        valid = list(config_lib._flat(config_lib.default_config()))
+        return config_lib.ConfigError(f"stage '{stage}': {config_lib.unknown_key_message(key, valid)}")
+
     *parents, leaf = key.split(".")
     node = c
-    valid = list(config_lib._flat(config_lib.default_config()))
     for p in parents:
         if p not in node or not isinstance(node[p], ml_collections.ConfigDict):
-            raise config_lib.ConfigError(f"stage '{stage}': {config_lib.unknown_key_message(key, valid)}")
+            raise unknown()
         node = node[p]
     if leaf not in node or key in ("stages", "stage_results"):
-        raise config_lib.ConfigError(f"stage '{stage}': {config_lib.unknown_key_message(key, valid)}")
+        raise unknown()
     try:
         node[leaf] = tuple(value) if isinstance(value, list) else value
     except TypeError:  # ConfigDict keeps each field's type, as validate() requires
