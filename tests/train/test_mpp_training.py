@@ -1,6 +1,7 @@
 """Masked patch prediction through the real trainer (8 simulated devices): a run on a data x fsdp x tensor mesh with
-its masked-patch evaluation, fine-tuning a classifier from it, and `vit-jax eval` of the run (its own evaluation,
-not classification metrics on a headless model). One run serves all: compiling the step is most of the time."""
+its masked-patch evaluation, exact resume from a mid-run checkpoint (the corruptions come from per-step keys), fine-tuning
+a classifier from it, and `vit-jax eval` of the run (its own evaluation, not classification metrics on a headless
+model). One run serves all: compiling the step is most of the time."""
 
 import json
 import shutil
@@ -18,7 +19,7 @@ from vit_jax.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
-STEPS = 3
+STEPS = 4
 PP = "decode|resize(32)|value_range(-1,1)"
 
 
@@ -35,15 +36,19 @@ def mpp_config(data_dir, **overrides):
 @pytest.fixture(scope="module")
 def mpp_run(tmp_path_factory, digits_data_dir):
     workdir = tmp_path_factory.mktemp("mpp") / "run"
-    summary = Trainer(mpp_config(digits_data_dir), str(workdir)).train()
+    summary = Trainer(mpp_config(digits_data_dir, **{"checkpoint.every_steps": 2}), str(workdir)).train()
     return workdir, summary
+
+
+def losses_of(workdir) -> dict[int, float]:
+    rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
 
 
 def test_mpp_trains_on_a_data_fsdp_tensor_mesh_and_evaluates(mpp_run):
     workdir, summary = mpp_run
     assert summary["status"] == "finished" and summary["steps"] == STEPS and summary["skipped_steps"] == 0
-    rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
-    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    losses = list(losses_of(workdir).values())
     # Cross-entropy over 512 colours: log(512) = 6.24 for an untrained head, and finite throughout.
     assert len(losses) == STEPS and all(np.isfinite(losses)) and 3 < losses[0] < 9
     final = summary["final"]
@@ -53,6 +58,19 @@ def test_mpp_trains_on_a_data_fsdp_tensor_mesh_and_evaluates(mpp_run):
     # FLOPs (models/flops.py mpp_flops, tested against XLA): the whole sequence, the head on the 8 corrupted patches.
     # By hand: patch embedding 196608 + encoder (one block on 17 tokens) 315520 + head 2 * 8 * 32 * 512 = 262144.
     assert summary["compute"]["train_flops_per_image"] == 3 * (196_608 + 315_520 + 262_144)
+
+
+def test_an_mpp_run_resumed_from_its_step_2_checkpoint_is_bit_identical(mpp_run, tmp_path, digits_data_dir):
+    full_dir, _ = mpp_run
+    shutil.copytree(full_dir / "checkpoints" / "2", tmp_path / "checkpoints" / "2")
+    trainer = Trainer(mpp_config(digits_data_dir, **{"checkpoint.every_steps": 2, "eval.evaluators": ()}),
+                      str(tmp_path))
+    assert trainer.start_step == 2
+    trainer.train()
+    full = losses_of(full_dir)
+    assert losses_of(tmp_path) == {3: full[3], 4: full[4]}  # same corruptions, same data order: bit-identical
+    jax.tree.map(np.testing.assert_array_equal, load_params_from_run(str(full_dir))[1],
+                 load_params_from_run(str(tmp_path))[1])
 
 
 def test_vit_jax_eval_of_an_mpp_run_is_its_masked_patch_evaluation(mpp_run, tmp_path):
@@ -69,10 +87,10 @@ def test_vit_jax_eval_of_an_mpp_run_is_its_masked_patch_evaluation(mpp_run, tmp_
 def test_vit_jax_eval_refuses_a_run_of_an_unknown_objective_in_one_line(mpp_run, tmp_path):
     workdir, _ = mpp_run
     shutil.copytree(workdir / "checkpoints", tmp_path / "checkpoints")
-    meta_file = next((tmp_path / "checkpoints").glob("*/meta/metadata"))
-    meta = json.loads(meta_file.read_text())
-    meta["config"]["objective"] = "dino"  # a run of a later version's objective
-    meta_file.write_text(json.dumps(meta))
+    for meta_file in (tmp_path / "checkpoints").glob("*/meta/metadata"):  # every step: restore may take any
+        meta = json.loads(meta_file.read_text())
+        meta["config"]["objective"] = "dino"  # a run of a later version's objective
+        meta_file.write_text(json.dumps(meta))
     with pytest.raises(SystemExit, match="objective 'dino', which this version of vit_jax does not know"):
         cli.main(["eval", "--checkpoint", str(tmp_path)])
 
