@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests.launch.helpers import losses
 from tests.train.helpers import demo_config
 from vit_jax import cli
 from vit_jax.checkpoints.training import load_params_from_run
@@ -34,11 +35,6 @@ def mae_config(data_dir, **overrides):
         "mae.decoder_width": 32, "mae.decoder_depth": 1, "mae.decoder_heads": 2, "mae.decoder_mlp_dim": 64,
         "eval.evaluators": ("reconstruction", "fewshot"), "eval.batch_size": 120,
         "mesh.data": 2, "mesh.fsdp": 2, "mesh.tensor": 2, **overrides})
-
-
-def losses(workdir) -> dict[int, float]:
-    rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
-    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests.launch.helpers import losses
 from tests.train.helpers import demo_config
 from vit_jax import cli
 from vit_jax.checkpoints.training import load_params_from_run
@@ -40,17 +41,12 @@ def mpp_run(tmp_path_factory, digits_data_dir):
     return workdir, summary
 
 
-def losses_of(workdir) -> dict[int, float]:
-    rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
-    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
-
-
 def test_mpp_trains_on_a_data_fsdp_tensor_mesh_and_evaluates(mpp_run):
     workdir, summary = mpp_run
     assert summary["status"] == "finished" and summary["steps"] == STEPS and summary["skipped_steps"] == 0
-    losses = list(losses_of(workdir).values())
+    logged = list(losses(workdir).values())
     # Cross-entropy over 512 colours: log(512) = 6.24 for an untrained head, and finite throughout.
-    assert len(losses) == STEPS and all(np.isfinite(losses)) and 3 < losses[0] < 9
+    assert len(logged) == STEPS and all(np.isfinite(logged)) and 3 < logged[0] < 9
     final = summary["final"]
     assert final["eval/count"] == 360  # the whole digits test split, padded batches masked
     assert 0 <= final["eval/mpp_accuracy"] <= 1 and np.isfinite(final["eval/mpp_loss"])
@@ -67,8 +63,8 @@ def test_an_mpp_run_resumed_from_its_step_2_checkpoint_is_bit_identical(mpp_run,
                       str(tmp_path))
     assert trainer.start_step == 2
     trainer.train()
-    full = losses_of(full_dir)
-    assert losses_of(tmp_path) == {3: full[3], 4: full[4]}  # same corruptions, same data order: bit-identical
+    full = losses(full_dir)
+    assert losses(tmp_path) == {3: full[3], 4: full[4]}  # same corruptions, same data order: bit-identical
     jax.tree.map(np.testing.assert_array_equal, load_params_from_run(str(full_dir))[1],
                  load_params_from_run(str(tmp_path))[1])
 
