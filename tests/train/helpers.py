@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vit_jax.train.stages import set_key
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -31,13 +33,9 @@ def demo_config(data_dir: str, **overrides):
 
 
 def apply_overrides(config, overrides: dict):
-    """Sets dotted keys (`"optimizer.lr": 0.1`) like `--config.optimizer.lr=0.1` does; lists become tuples."""
+    """Sets dotted keys (`"optimizer.lr": 0.1`) like `--config.optimizer.lr=0.1` does (stages.set_key)."""
     for key, value in overrides.items():
-        node = config
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node[p]
-        node[leaf] = tuple(value) if isinstance(value, list) else value
+        set_key(config, key, value, "test overrides")
     return config
 
 

@@ -39,7 +39,7 @@ def stage_configs(config: ml_collections.ConfigDict, workdir: str) -> list[tuple
     for name, overrides in config.stages:
         c = base.copy_and_resolve_references()
         for key, value in overrides.items():
-            _set(c, key, value.format(workdir=workdir) if isinstance(value, str) else value, name)
+            set_key(c, key, value.format(workdir=workdir) if isinstance(value, str) else value, f"stage '{name}'")
         try:
             config_lib.validate(c)
         except config_lib.ConfigError as e:
@@ -53,10 +53,12 @@ def stage_configs(config: ml_collections.ConfigDict, workdir: str) -> list[tuple
     return out
 
 
-def _set(c: ml_collections.ConfigDict, key: str, value: Any, stage: str) -> None:
+def set_key(c: ml_collections.ConfigDict, key: str, value: Any, where: str) -> None:
+    """Sets a dotted key (`"optimizer.lr"`) of the config as `--config.optimizer.lr=` does, lists becoming tuples;
+    an unknown key or a value of the wrong type is a ConfigError that starts with `where`."""
     def unknown() -> config_lib.ConfigError:  # the valid keys are listed only when one is wrong
         valid = list(config_lib._flat(config_lib.default_config()))
-        return config_lib.ConfigError(f"stage '{stage}': {config_lib.unknown_key_message(key, valid)}")
+        return config_lib.ConfigError(f"{where}: {config_lib.unknown_key_message(key, valid)}")
 
     *parents, leaf = key.split(".")
     node = c
@@ -69,7 +71,7 @@ def _set(c: ml_collections.ConfigDict, key: str, value: Any, stage: str) -> None
     try:
         node[leaf] = tuple(value) if isinstance(value, list) else value
     except TypeError:  # ConfigDict keeps each field's type, as validate() requires
-        raise config_lib.ConfigError(f"stage '{stage}': config key '{key}' must be {type(node[leaf]).__name__}, "
+        raise config_lib.ConfigError(f"{where}: config key '{key}' must be {type(node[leaf]).__name__}, "
                                      f"got {value!r} ({type(value).__name__})") from None
 
 
