@@ -162,6 +162,9 @@ def _flat_parser(features):
     return parser
 
 
+CACHE_BYTES = 64 << 20  # a local split whose files hold at most this many bytes is cached parsed (RecordSource)
+
+
 class RecordSource:
     """A split (any TFDS split spec) as a random-access sequence of example dicts; images stay encoded bytes.
 
@@ -185,13 +188,24 @@ class RecordSource:
             lambda raw: self._features.deserialize_example_np(raw, decoders=self._decoders))
         self._records = records if records is not None else read_records(self.file_format, self.slices)
         self._length = len(self._records)
+        # A small local split (the embedded digits, a small image folder) is kept parsed in memory as it is read:
+        # training reads it again every epoch, and reading and parsing a record cost as much as decoding a tiny
+        # image. Streams from a bucket (records given) are read once per epoch in order and are never cached.
+        small = records is None and sum(os.path.getsize(f) for f in {s.filename for s in self.slices}) <= CACHE_BYTES
+        self._cache: dict[int, dict[str, Any]] | None = {} if small else None
 
     def __len__(self) -> int:
         return self._length
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        raw = self._records[int(index)]
+        index = int(index)
+        if self._cache is not None and index in self._cache:
+            return dict(self._cache[index])  # a copy: a caller that edits the dict leaves the cache as read
+        raw = self._records[index]
         try:
-            return self._parse(raw)
+            example = self._parse(raw)
         except Exception as e:  # noqa: BLE001 - any parse failure of stored bytes is a bad record, not a bug
             raise DecodeError(f"record {index} of {self.split} cannot be parsed: {e}") from e
+        if self._cache is not None:
+            self._cache[index] = dict(example)  # worker threads may race here: both store the same record
+        return example
