@@ -15,9 +15,12 @@ WORKDIR/summary.json holds `ssl_finetune_top1` and `scratch_top1` (test accuracy
 summary. Measured numbers, time and seeds: docs/ssl.md.
 """
 
+import importlib.util
+from pathlib import Path
+
 from vit_jax.models.flops import mae_flops, model_flops
 from vit_jax.models.mae import MAEConfig
-from vit_jax.train.config import default_config, model_config, parse_config_args
+from vit_jax.train.config import model_config, parse_config_args
 
 # digits' split sizes (vit_jax/data/digits.py; tests/train/test_demo_ssl_config.py checks them against the data):
 # train[:10%] is 144 of the 1,437 training images.
@@ -25,33 +28,30 @@ TRAIN_EXAMPLES, LABELLED_EXAMPLES, NUM_CLASSES = 1437, 144, 10
 PRETRAIN_EPOCHS, FINETUNE_EPOCHS = 200.0, 100.0
 
 
+def _demo():
+    spec = importlib.util.spec_from_file_location("demo", Path(__file__).with_name("demo.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def get_config(arg=None):
     a = parse_config_args(arg, {"seed": "0"})
-    c = default_config()
+    # The demo's encoder, data and preprocessing (configs/demo.py: AdamW, wd 0.05, cosine, clip 1, label smoothing
+    # 0.1), with fixed 2-D sin-cos position embeddings, as MAE's recipe has them.
+    c = _demo().get_config()
     c.seed = int(a["seed"])
-    # The demo's encoder (configs/demo.py) with fixed 2-D sin-cos position embeddings, as MAE's recipe has them.
-    c.model.variant = ""
-    c.model.width, c.model.depth, c.model.mlp_dim, c.model.num_heads = 64, 4, 128, 4
-    c.model.patch_size, c.model.image_size = 4, 16
-    c.model.pool, c.model.posemb = "gap", "sincos2d"
-    c.data.name = "digits"
-    c.data.train_split, c.data.eval_split = "train[:10%]", "test"
-    c.data.pp_train = "decode|resize(18)|random_crop(16)|value_range(-1,1)"
-    c.data.pp_eval = "decode|resize(16)|value_range(-1,1)"
+    c.model.posemb = "sincos2d"
+    c.data.train_split = "train[:10%]"
     # The fine-tuning recipe, shared by `finetune` and `scratch`: small batches for 144 images.
     c.batch_size = 32
     c.total_epochs = FINETUNE_EPOCHS
-    c.optimizer.name = "adamw"
     c.optimizer.lr = 1e-3
-    c.optimizer.weight_decay = 0.05
     c.optimizer.warmup_epochs = 5.0
-    c.optimizer.schedule = "cosine"
-    c.optimizer.grad_clip_norm = 1.0
-    c.loss.label_smoothing = 0.1
     c.log_every_steps = 100
     c.eval.every_epochs = 0.0  # evaluated once, at the end of each stage
     c.checkpoint.every_epochs = 50.0
-    c.eval.fewshot.datasets = ()
+    c.eval.fewshot.datasets, c.eval.fewshot.every_epochs = (), 0.0  # no few-shot probe in this demo
 
     mae = dict(mask_ratio=0.75, decoder_width=64, decoder_depth=2, decoder_heads=4, decoder_mlp_dim=128,
                norm_pix_loss=True)
