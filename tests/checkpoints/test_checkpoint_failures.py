@@ -159,3 +159,31 @@ def test_a_save_refused_by_the_os_stops_the_run_with_one_line_and_exit_74(tmp_pa
     names = sorted(p.name for p in (workdir / "checkpoints").iterdir())
     assert names == [str(s) for s in range(2, int(m.group(1)), 2)]  # earlier ones kept, the failed one removed
     assert all(step_problem(workdir / "checkpoints" / n) is None for n in names)
+
+
+def test_a_failed_saves_folder_is_removed_even_while_its_other_writes_still_add_files(tmp_path):
+    # Orbax stops waiting at a save's first failed write; its other writes may still be creating files. Here a
+    # writer recreates the temporary folder three times, each time right after it was removed.
+    import threading
+
+    from vit_jax.checkpoints.training import RunCheckpointer
+
+    ckpt = RunCheckpointer(str(tmp_path / "checkpoints"), async_save=False)
+    partial = tmp_path / "checkpoints" / "4.orbax-checkpoint-tmp"
+    (partial / "state").mkdir(parents=True)
+    recreated = []
+
+    def writer():
+        while len(recreated) < 3:
+            if not partial.exists():
+                (partial / "meta").mkdir(parents=True)
+                (partial / "meta" / "metadata").write_text("{}")
+                recreated.append(1)
+            threading.Event().wait(0.01)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    ckpt._remove_partial(4)
+    thread.join(timeout=60)
+    assert len(recreated) == 3 and not thread.is_alive()
+    assert not partial.exists() and sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == []

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from typing import Any, Callable
 
 import jax
@@ -122,6 +123,9 @@ def _dir_bytes(path: epath.Path) -> int:
     return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(os.fspath(path)) for f in files)
 
 
+PARTIAL_QUIET_S = 2.0  # a failed save's folder must stay removed this long (RunCheckpointer._remove_partial)
+
+
 class RunCheckpointer:
     """Thin policy layer over ocp.CheckpointManager: keep the last `keep` plus every `keep_every`-th step."""
 
@@ -211,11 +215,25 @@ class RunCheckpointer:
         """Deletes this process's own half-written save of `step` (Orbax's temporary folder), nothing else."""
         if jax.process_index() != 0:
             return
-        for p in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
-            try:
-                p.rmtree() if p.is_dir() else p.unlink()
-            except OSError:
-                pass
+        # Orbax stops waiting for a save's writes at the first one that fails, while its other writes (the other
+        # items, the metadata) may still run and recreate files as they are removed (seen on a loaded machine):
+        # remove, then look again until the folder has stayed away for PARTIAL_QUIET_S (at most 30 s).
+        deadline, quiet_since = time.monotonic() + 30.0, None
+        while time.monotonic() < deadline:
+            found = list(self.directory.glob(f"{step}.orbax-checkpoint-tmp*"))
+            for p in found:
+                try:
+                    p.rmtree() if p.is_dir() else p.unlink()
+                except OSError:  # a writer still adding files: the next round removes them
+                    pass
+            now = time.monotonic()
+            if found:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= PARTIAL_QUIET_S:
+                break
+            time.sleep(0.2)
         final = self.directory / str(step)
         if final.exists() and step_problem(final) is not None:
             self._move_aside(final)
