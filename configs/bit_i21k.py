@@ -19,11 +19,10 @@ The ViT paper's own ResNet baselines (Table 6) were trained with Adam instead (i
 configs/vit_i21k.py:variant=BiT-R50x1, which configs/sweeps/paper_scaling.py uses.
 """
 
-import importlib.util
 from pathlib import Path
 
 from vit_jax.models.bit_config import is_bit_name
-from vit_jax.train.config import ConfigError, parse_config_args
+from vit_jax.train.config import ConfigError, config_module, parse_config_args
 
 TARGETS = {"variant=BiT-R50x1": "v3:8x8"}
 
@@ -31,10 +30,7 @@ TARGETS = {"variant=BiT-R50x1": "v3:8x8"}
 def _vit_i21k():
     """configs/vit_i21k.py, whose data, evaluation and checkpointing this recipe shares (config files are not a
     package: loaded by path)."""
-    spec = importlib.util.spec_from_file_location("vit_i21k", Path(__file__).with_name("vit_i21k.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return config_module(Path(__file__).with_name("vit_i21k.py"))
 
 
 def get_config(arg=None):

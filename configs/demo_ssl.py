@@ -15,12 +15,11 @@ WORKDIR/summary.json holds `ssl_finetune_top1` and `scratch_top1` (test accuracy
 summary. Measured numbers, time and seeds: docs/ssl.md.
 """
 
-import importlib.util
 from pathlib import Path
 
 from vit_jax.models.flops import mae_flops, model_flops
 from vit_jax.models.mae import MAEConfig
-from vit_jax.train.config import model_config, parse_config_args
+from vit_jax.train.config import config_module, model_config, parse_config_args
 
 # digits' split sizes (vit_jax/data/digits.py; tests/train/test_demo_ssl_config.py checks them against the data):
 # train[:10%] is 144 of the 1,437 training images.
@@ -28,18 +27,11 @@ TRAIN_EXAMPLES, LABELLED_EXAMPLES, NUM_CLASSES = 1437, 144, 10
 PRETRAIN_EPOCHS, FINETUNE_EPOCHS = 200.0, 100.0
 
 
-def _demo():
-    spec = importlib.util.spec_from_file_location("demo", Path(__file__).with_name("demo.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def get_config(arg=None):
     a = parse_config_args(arg, {"seed": "0"})
     # The demo's encoder, data and preprocessing (configs/demo.py: AdamW, wd 0.05, cosine, clip 1, label smoothing
     # 0.1), with fixed 2-D sin-cos position embeddings, as MAE's recipe has them.
-    c = _demo().get_config()
+    c = config_module(Path(__file__).with_name("demo.py")).get_config()
     c.seed = int(a["seed"])
     c.model.posemb = "sincos2d"
     c.data.train_split = "train[:10%]"

@@ -19,16 +19,13 @@ finished (summary.json), each fine-tuned with its own variant; runs not finished
 sweep again later (finished fine-tuning runs are skipped).
 """
 
-import importlib.util
 from pathlib import Path
 
 
 def _finetune_module():
-    path = Path(__file__).resolve().parents[1] / "finetune.py"
-    spec = importlib.util.spec_from_file_location("finetune_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from vit_jax.train.config import config_module
+
+    return config_module(Path(__file__).resolve().parents[1] / "finetune.py")
 
 
 def pretrained_runs(root: str) -> dict[str, dict[str, str]]:

@@ -382,6 +382,18 @@ def split_config_arg(arg: str | None, hint: str = "") -> dict[str, str]:
     return out
 
 
+def config_module(path) -> Any:
+    """A config file loaded by path as a module: how one config builds on another (config files are not a
+    package), e.g. `config_module(Path(__file__).with_name("demo.py")).get_config()`."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(f"_vit_jax_config_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def parse_config_args(arg: str | None, defaults: dict[str, str]) -> dict[str, str]:
     """`configs/x.py:variant=B/16,epochs=90` -> {"variant": "B/16", "epochs": "90"}; unknown names are errors."""
     out = dict(defaults)
