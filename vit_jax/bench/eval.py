@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax.numpy as jnp
 
     from vit_jax.bench.train import synthetic_batch
+    from vit_jax.runtime import jit_once
 
     program = common.build(args)
     spec = dict(program.batch_spec(args.batch))
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.compile_only:
         batch = synthetic_batch(program, args.batch)
         batch["_mask"] = jax.device_put(jnp.ones((args.batch,), jnp.bool_), program.batch_sh)
-        params = jax.jit(program.model.init, out_shardings=program.param_sh)(jax.random.key(0))
+        params = jit_once(program.model.init, out_shardings=program.param_sh)(jax.random.key(0))
     abstract_params = program.abstract_state["params"]
     out = {}
 

@@ -20,6 +20,7 @@ from vit_jax.models.sharding_hints import activation_sharding
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.parallel import mesh as mesh_lib
 from vit_jax.parallel.distributed import SyncedJit
+from vit_jax.runtime import jit_once
 from vit_jax.train import config as config_lib
 from vit_jax.train.objectives import Objective, make_objective
 from vit_jax.train.optimizer import make_optimizer, make_schedule
@@ -48,14 +49,14 @@ class TrainProgram:
         key = jax.random.key(seed)
         params_key, train_key = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
         spike = bool(self.config.nan_guard.loss_spike_factor)
-        make = jax.jit(lambda k, p: init_state(p, self.tx, jax.random.key_data(k), spike), out_shardings=self.state_sh)
+        make = jit_once(lambda k, p: init_state(p, self.tx, jax.random.key_data(k), spike), out_shardings=self.state_sh)
         if params is None:
-            params = jax.jit(self.model.init, out_shardings=self.param_sh)(params_key)
+            params = jit_once(self.model.init, out_shardings=self.param_sh)(params_key)
         return make(train_key, params)
 
     def init_params_host(self, seed: int) -> Any:
         """The fresh parameters on the host (fine-tuning surgery merges pretrained weights into them)."""
-        return jax.device_get(jax.jit(self.model.init)(jax.random.fold_in(jax.random.key(seed), 0)))
+        return jax.device_get(jit_once(self.model.init)(jax.random.fold_in(jax.random.key(seed), 0)))
 
     def batch_spec(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
         """Abstract global training batch (for ahead-of-time compilation without data)."""
