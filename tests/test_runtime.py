@@ -86,3 +86,37 @@ def test_tuned_malloc_reuses_large_blocks_instead_of_faulting_them_in_every_time
     default, tuned = probe("default"), probe("")
     assert default[0] == "False" and default[1] >= 16, default
     assert tuned[0] == "True" and tuned[1] <= default[1] // 10, (tuned, default)
+
+
+STEP_PROBE = """
+import resource, sys
+from vit_jax.runtime import configure_jax
+configure_jax(cache_dir="none")
+import jax, jax.numpy as jnp
+# A program whose temporaries (a 4 x 64 MiB intermediate kept for the reduction) exceed any default mmap threshold,
+# as a train step's activations do; XLA:CPU allocates them as one block per execution.
+step = jax.jit(lambda x: (jnp.sin(x[None] * jnp.arange(1.0, 5.0)[:, None, None]) ** 2).sum(0).sum())
+x = jnp.ones((4096, 4096), jnp.float32)
+step(x).block_until_ready(), step(x).block_until_ready()  # compiled, and its first temporaries faulted in
+faults = []
+for _ in range(6):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    step(x).block_until_ready()
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(min(faults))  # the steady state: the heap may still grow in the first steps, as other allocations interleave
+"""
+
+
+def test_a_one_device_step_reuses_its_temporaries_instead_of_faulting_them_in_every_step():
+    """configure_jax: synchronous CPU dispatch puts XLA:CPU's temporaries in glibc's main arena, where the malloc
+    tuning keeps them; with glibc's defaults each execution maps and faults in its temporaries again."""
+    def faults(setting: str) -> int:
+        env = {**os.environ, "VIT_JAX_MALLOC": setting, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+        env.pop("JAX_CPU_ENABLE_ASYNC_DISPATCH", None)
+        out = subprocess.run([sys.executable, "-c", STEP_PROBE], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return int(out.stdout.split()[-1])
+
+    default, tuned = faults("default"), faults("")
+    assert default >= 64 * 2**20 // 4096 // 2, default  # at least half of one 64 MiB block's 4 KiB pages, every step
+    assert tuned <= default // 10, (tuned, default)

@@ -97,10 +97,14 @@ def configure_storage_env(environ=os.environ) -> None:
 # with a fresh mmap and returns freed memory at the top of the heap to the kernel, so XLA:CPU's per-step temporaries
 # and the data pipeline's batches are new mappings every step whose pages the kernel must fault in and zero again
 # (expensive in a VM): the demo took 8.3M page faults and 24 s of system time in 74 s (2026-12-02, 2 cores). Kept
-# in the process instead (blocks below 1 GiB from the heap, freed memory kept, the heap grown 512 MiB at a time,
-# two arenas): 0.5M faults, 4.5 s of system time, 61 s, as fast as tcmalloc; the same numbers to the last digit.
+# in the process instead (no block mmap'ed by threshold, freed memory never trimmed, the heap grown 512 MiB at a
+# time, two arenas): 0.5M faults, 4.5 s of system time, 61 s, as fast as tcmalloc. The threshold and the trim are
+# unlimited (-1 is SIZE_MAX to glibc) because XLA:CPU allocates a step's whole temporary buffer as one block (4.39 GB
+# for the ViT-S/16 batch-32 train step): under a 1 GiB threshold it was a fresh mapping, ~1.07M page faults and
+# 3.8-13 s of system time per 8 s step (2026-12-04). Only the main arena can hold such a block (glibc's per-thread
+# arenas are 64 MiB heaps and fall back to mmap), hence synchronous CPU dispatch in configure_jax.
 # The cost: a process keeps its peak heap until it exits. VIT_JAX_MALLOC=default leaves glibc's defaults.
-_MALLOPT = {"M_TRIM_THRESHOLD": (-1, 2**31 - 1), "M_TOP_PAD": (-2, 512 * 2**20), "M_MMAP_THRESHOLD": (-3, 2**30),
+_MALLOPT = {"M_TRIM_THRESHOLD": (-1, -1), "M_TOP_PAD": (-2, 512 * 2**20), "M_MMAP_THRESHOLD": (-3, -1),
             "M_ARENA_MAX": (-8, 2)}
 
 
@@ -132,6 +136,12 @@ def configure_jax(num_cpu_devices: int | None = None, cache_dir: str | os.PathLi
 
     if num_cpu_devices:
         jax.config.update("jax_num_cpu_devices", int(num_cpu_devices))
+    if "JAX_CPU_ENABLE_ASYNC_DISPATCH" not in os.environ:
+        # A one-device CPU program then runs on the calling (main) thread, so XLA:CPU allocates its temporaries in
+        # glibc's main arena, where the malloc tuning above keeps them between steps instead of mapping and faulting
+        # in gigabytes every step: the ViT-S/16 train step 8.1-8.4 s -> 6.0-6.5 s, page faults 1.07M -> ~0 per step
+        # (2026-12-04, 2 cores); the demo is no slower (53.5 s vs 58-59 s). Multi-device programs stay asynchronous.
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
     cache = Path(cache_dir) if cache_dir else DEFAULT_CACHE_DIR
     if str(cache) not in ("", "none"):
         cache.mkdir(parents=True, exist_ok=True)
