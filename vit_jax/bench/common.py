@@ -120,11 +120,12 @@ def build(args: argparse.Namespace, **config_kw):
 
 
 def setup_jax(args: argparse.Namespace) -> None:
-    """Simulated devices: only possible before JAX starts, i.e. when the benchmark is the process's entry point."""
+    """The trainer's process set-up (runtime.configure_jax: its malloc tuning included, so the step is timed as the
+    trainer runs it), without the persistent compilation cache. Simulated devices (--devices) are only possible
+    before JAX starts, i.e. when the benchmark is the process's entry point."""
     from vit_jax.runtime import configure_jax
 
-    if args.devices:
-        configure_jax(num_cpu_devices=args.devices, cache_dir="none")
+    configure_jax(num_cpu_devices=args.devices or None, cache_dir="none")
 
 
 @contextlib.contextmanager
@@ -163,13 +164,16 @@ def summarize(times: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(s), "min": s[0], "max": s[-1], "mean": statistics.fmean(s), "n": len(s)}
 
 
-def timed_loop(run_step: Callable[[], Any], steps: int, reference: MatmulReference | None) -> dict[str, Any]:
+def timed_loop(run_step: Callable[[], Any], steps: int, reference: MatmulReference | None,
+               peers: Sequence[Any] = ()) -> dict[str, Any]:
     """Times `steps` calls of run_step (which must block until its step is done).
 
     With a reference, one matmul runs before every step and one after the last, so step i is compared with the mean of
     the two matmuls around it (same contention); the ratio's median is then robust to load changing during the run.
+    Each peer (bench/peers.py) runs its own step right after each of ours, so the two see the same load.
     """
     step_wall, step_cpu, ref_wall, ref_cpu = [], [], [], []
+    peer_wall: dict[str, list[float]] = {p.name: [] for p in peers}
     if reference:
         w, c = reference.time()
         ref_wall.append(w), ref_cpu.append(c)
@@ -178,13 +182,35 @@ def timed_loop(run_step: Callable[[], Any], steps: int, reference: MatmulReferen
         run_step()
         step_wall.append(time.perf_counter() - wall)
         step_cpu.append(cpu_seconds() - cpu)
+        for peer in peers:
+            wall = time.perf_counter()
+            peer.step()
+            peer_wall[peer.name].append(time.perf_counter() - wall)
         if reference:
             w, c = reference.time()
             ref_wall.append(w), ref_cpu.append(c)
-    out: dict[str, Any] = {"step_times_s": step_wall, "step_cpu_s": step_cpu}
+    out: dict[str, Any] = {"step_times_s": step_wall, "step_cpu_s": step_cpu, "peer_times_s": peer_wall}
     if reference:
         out["reference_times_s"] = ref_wall
         out["reference_cpu_s"] = ref_cpu
+    return out
+
+
+def comparison_report(loop: dict[str, Any], batch: int, peers: Sequence[Any],
+                      unavailable: dict[str, str]) -> dict[str, Any]:
+    """Each peer's interleaved timing and our speed relative to it (> 1: vit_jax is faster)."""
+    ours = loop["step_times_s"]
+    out: dict[str, Any] = {}
+    for peer in peers:
+        times = loop["peer_times_s"][peer.name]
+        paired = [p / s for p, s in zip(times, ours)]  # peer time / our time of the same round
+        out[peer.name] = {"available": True, "description": peer.description, "params": peer.params,
+                          "timing": summarize(times),
+                          "step_times_s": times, "images_per_s": batch / statistics.median(times),
+                          "speed_ratio": statistics.median(times) / statistics.median(ours),
+                          "paired_speed_ratios": paired, "paired_speed_ratio_median": statistics.median(paired)}
+    for name, reason in unavailable.items():
+        out[name] = {"available": False, "reason": reason}
     return out
 
 
@@ -359,10 +385,13 @@ def log(msg: str) -> None:
 # The measurement both step benchmarks share.
 
 def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace, program, lowered_fn: Callable,
-            run_step: Callable[[], Any], flops_per_image: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+            run_step: Callable[[], Any], flops_per_image: float, extra: dict[str, Any] | None = None,
+            peers: Sequence[Any] = (), unavailable_peers: dict[str, str] | None = None) -> dict[str, Any]:
     """Compile (timed), warm up, time `args.steps` steps against the right peak, and assemble the JSON result.
 
-    `lowered_fn()` returns the lowered step; `run_step(compiled)` runs one step and blocks until it is done.
+    `lowered_fn()` returns the lowered step; `run_step(compiled)` runs one step and blocks until it is done. `peers`
+    (bench/peers.py) are warmed up and timed interleaved with our steps; `unavailable_peers` maps the peers asked for
+    that cannot run here to the reason.
     """
     import jax
 
@@ -381,9 +410,11 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
                                     flops_per_image, extra)
     for _ in range(args.warmup):
         run_step(compiled)
+        for peer in peers:
+            peer.step()
     on_cpu = jax.devices()[0].platform == "cpu"
     reference = MatmulReference(args.reference_n) if on_cpu else None
-    loop = timed_loop(lambda: run_step(compiled), args.steps, reference)
+    loop = timed_loop(lambda: run_step(compiled), args.steps, reference, peers)
     n_dev = program.mesh.size
     median = statistics.median(loop["step_times_s"])
     if on_cpu:
@@ -410,6 +441,8 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
         "attention_kernel": attention_kernel(compiled.as_text() or ""),
         **(extra or {}),
     }
+    if peers or unavailable_peers:
+        result["compare"] = comparison_report(loop, args.batch, peers, unavailable_peers or {})
     write_json(args.json, result)
     tp = result["throughput"]
     line = (f"[bench {kind}] {program.model_cfg.name} batch {args.batch} {args.dtype} mesh {dict(program.mesh.shape)}: "
@@ -419,6 +452,13 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
         line += (f"; matmul {ref['matmul_tflops_per_s'] * 1e3:.1f} GFLOP/s, paired ratio {ref['paired_ratio_median']:.3f},"
                  f" vs best matmul {ref['ratio_vs_best_matmul']:.3f}, CPU-time ratio {ref['cpu_time_ratio']:.3f}")
     print(line, flush=True)
+    for name, peer in result.get("compare", {}).items():
+        if peer["available"]:
+            print(f"[bench {kind}] {name} ({peer['description']}): step {peer['timing']['median'] * 1e3:.1f} ms, "
+                  f"{peer['images_per_s']:.1f} img/s; vit_jax is {peer['speed_ratio']:.2f}x {name} (paired median "
+                  f"{peer['paired_speed_ratio_median']:.2f}x)", flush=True)
+        else:
+            print(f"[bench {kind}] --compare {name}: not installed here, so not timed: {peer['reason']}", flush=True)
     return result
 
 

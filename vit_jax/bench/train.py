@@ -7,6 +7,10 @@ and peak memory (XLA's memory analysis of the compiled step; the runtime's count
 
     vit-jax bench train --variant S/16 --batch 32 --steps 10 --json out.json
     vit-jax bench train --variant B/16 --batch 1024 --dtype bfloat16 --json b16.json      # on a GPU/TPU
+    vit-jax bench train --variant S/16 --batch 32 --mesh 1,1,1 --compare timm --compare big_vision
+
+--compare PEER times another framework's same step (bench/peers.py) interleaved with ours in this process and reports
+our speed relative to it; a peer that is not installed is reported as such.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import sys
 from typing import Any
 
 from vit_jax import cli_args
-from vit_jax.bench import common
+from vit_jax.bench import common, peers
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -25,6 +29,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "adafactor"))
     p.add_argument("--mu-dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--micro-batches", type=int, default=1)
+    p.add_argument("--compare", action="append", default=[], choices=sorted(peers.PEERS),
+                   help="also time this framework's same step, interleaved (repeatable; not a dependency)")
     return p.parse_args(argv)
 
 
@@ -52,6 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     program = common.build(args, optimizer=args.optimizer, mu_dtype=args.mu_dtype, micro_batches=args.micro_batches)
+    if args.compare and (program.mesh.size != 1 or args.optimizer != "adamw" or args.dtype != "float32"):
+        raise SystemExit("--compare times the peers' fp32 AdamW step on one device: use --mesh 1,1,1 --optimizer adamw "
+                         "--dtype float32")
+    compared, unavailable = [], {}
+    for name in dict.fromkeys([] if args.compile_only else args.compare):
+        try:
+            compared.append(peers.PEERS[name](program.model_cfg, program.config.optimizer, args.batch))
+        except peers.PeerUnavailable as e:
+            unavailable[name] = str(e)
     spec = program.batch_spec(args.batch)
     box = {"loss": None}
     if not args.compile_only:
@@ -69,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                  "opt_state": common.tree_bytes_per_device(program.abstract_state["opt_state"])}}
     result = common.measure("train", "vit-jax bench train", argv, args, program,
                             lambda: program.train_step.lower(program.abstract_state, spec), run_step,
-                            program.flops_per_image, extra)
+                            program.flops_per_image, extra, compared, unavailable)
     if not args.compile_only:
         result["final_loss"] = float(box["loss"])
         common.write_json(args.json, result)
