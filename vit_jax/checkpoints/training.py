@@ -119,8 +119,19 @@ def tree_nbytes(tree: Any) -> int:
 
 
 def _dir_bytes(path: epath.Path) -> int:
-    """Bytes of the files under a local folder."""
-    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(os.fspath(path)) for f in files)
+    """Disk space the files under a local folder take: allocated blocks, not sizes (a checkpoint has dozens of small
+    files, each taking at least a block; counting sizes under-estimated it enough for a save judged to fit to fail)."""
+    total = 0
+    for root, _, files in os.walk(os.fspath(path)):
+        for f in files:
+            st = os.stat(os.path.join(root, f))
+            total += max(st.st_size, st.st_blocks * 512)
+    return total
+
+
+# Kept free beyond the newest checkpoint's size when judging whether the next save fits: the run keeps appending
+# metrics and TensorBoard events to the same disk while an asynchronous save is in flight.
+SPACE_HEADROOM_FRACTION, SPACE_HEADROOM_BYTES = 0.05, 256 << 10
 
 
 def _save_replicated_arrays_whole_on_cpu() -> None:
@@ -189,7 +200,7 @@ class RunCheckpointer:
         needed = _dir_bytes(self.directory / str(max(steps))) if steps else tree_nbytes(state)
         free = shutil.disk_usage(os.fspath(self.directory)).free
         mib = 2**20
-        if free < needed:
+        if free < needed * (1 + SPACE_HEADROOM_FRACTION) + SPACE_HEADROOM_BYTES:
             raise CheckpointSaveError(
                 f"could not write the checkpoint of step {step} in {self.directory}: OSError: [Errno "
                 f"{errno.ENOSPC}] {os.strerror(errno.ENOSPC)} ({free / mib:.1f} MiB free, a checkpoint takes "
