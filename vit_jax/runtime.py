@@ -130,17 +130,18 @@ def configure_jax(num_cpu_devices: int | None = None, cache_dir: str | os.PathLi
     """Sets up JAX for this process: call once, early, before any computation."""
     global _configured
     _configured = True
-    tune_malloc()
+    tuned = tune_malloc()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import jax
 
     if num_cpu_devices:
         jax.config.update("jax_num_cpu_devices", int(num_cpu_devices))
-    if "JAX_CPU_ENABLE_ASYNC_DISPATCH" not in os.environ:
+    if tuned and "JAX_CPU_ENABLE_ASYNC_DISPATCH" not in os.environ:
         # A one-device CPU program then runs on the calling (main) thread, so XLA:CPU allocates its temporaries in
         # glibc's main arena, where the malloc tuning above keeps them between steps instead of mapping and faulting
         # in gigabytes every step: the ViT-S/16 train step 8.1-8.4 s -> 6.0-6.5 s, page faults 1.07M -> ~0 per step
         # (2026-12-04, 2 cores); the demo is no slower (53.5 s vs 58-59 s). Multi-device programs stay asynchronous.
+        # Without the tuning (VIT_JAX_MALLOC=default, not glibc) it would buy nothing, so dispatch stays async.
         jax.config.update("jax_cpu_enable_async_dispatch", False)
     cache = Path(cache_dir) if cache_dir else DEFAULT_CACHE_DIR
     if str(cache) not in ("", "none"):

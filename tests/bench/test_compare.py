@@ -79,7 +79,6 @@ def test_compare_refuses_what_the_peers_do_not_run(tmp_path):
 def test_timm_peer_is_the_same_model():
     """Where timm is installed (it is not a dependency), its model has exactly our parameter count."""
     pytest.importorskip("timm", reason="timm is an optional peer, not a vit_jax dependency")
-    from vit_jax.models import vit_config
     from vit_jax.models.vit import FunctionalViT
     from vit_jax.train.config import default_config
 

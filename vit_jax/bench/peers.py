@@ -15,6 +15,7 @@ A peer that cannot be imported is reported as such (the benchmark then times vit
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Callable
 
@@ -77,8 +78,6 @@ def big_vision_peer(model_cfg, optimizer_cfg, batch: int) -> Peer:
     except ImportError as e:
         raise PeerUnavailable(f"big_vision is not importable ({e}); clone google-research/big_vision and put its "
                               "root on PYTHONPATH") from None
-    import functools
-
     import jax
     import jax.numpy as jnp
     import optax
