@@ -19,3 +19,5 @@ def test_remote_data_bench_smoke(capsys):
     assert result["bucket"]["files_fetched_timed"] > 0  # files kept being fetched while timed
     assert result["bucket_requests"] > 0 and result["ratio"] > 0 and result["ratio_per_cpu_s"] > 0
     assert result["latency_ms"] == 20
+    # The local side reads as a pod-size split would: this small split not kept parsed in memory.
+    assert result["local_record_cache"] is False and result["local"]["record_cache"] is False
