@@ -122,7 +122,8 @@ def describe(program, batch: int) -> dict[str, Any]:
         "model": program.model_cfg.name, "params": program.model.num_params(), "devices": program.mesh.size,
         "num_devices": program.mesh.size, "mesh": mesh, "batch": batch,
         "per_device_batch": batch // (mesh["data"] * mesh["fsdp"]), "micro_batches": program.config.micro_batches,
-        "remat": program.model_cfg.remat, "dtype": program.model_cfg.dtype, "scan": program.model_cfg.scan,
+        "remat": program.model_cfg.remat, "dtype": program.model_cfg.dtype,
+        "scan": getattr(program.model_cfg, "scan", False),  # a BiT ResNet has no layers to scan
         "optimizer": program.config.optimizer.name, "mu_dtype": program.config.optimizer.mu_dtype,
         "params_bytes_total": common.tree_bytes(state["params"]),
         "params_bytes_per_device": common.tree_bytes_per_device(state["params"]),
