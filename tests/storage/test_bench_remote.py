@@ -19,5 +19,7 @@ def test_remote_data_bench_smoke(capsys):
     assert result["bucket"]["files_fetched_timed"] > 0  # files kept being fetched while timed
     assert result["bucket_requests"] > 0 and result["ratio"] > 0 and result["ratio_per_cpu_s"] > 0
     assert result["latency_ms"] == 20
+    # The localhost servers' CPU is reported (Linux /proc), so a reader sees what they take from the 2 cores.
+    assert result["bucket"]["server_cpu_s"] >= 0 and result["local"]["server_cpu_s"] >= 0
     # The local side reads as a pod-size split would: this small split not kept parsed in memory.
     assert result["local_record_cache"] is False and result["local"]["record_cache"] is False

@@ -128,6 +128,19 @@ def test_transient_faults_mid_read_change_nothing_and_are_counted(gcs, bucket_di
         np.testing.assert_array_equal(a["image"], b["image"])
 
 
+def test_each_streamed_file_costs_one_request(gcs, bucket_digits, proxy):
+    """The spool lists the split's folder once for the files' sizes, then fetches each file with one ranged read:
+    no metadata request per file (each would add the bucket's latency to every fetch)."""
+    ds = datasets.open_dataset("digits", data_dir=f"{gcs.bucket}/tfds", prepare=False)
+    first = len(proxy.log)
+    take(pipeline.train_iterator(ds, pp=EVAL_PP, global_batch_size=32, sharding=mesh_sharding(), seed=3), 2)
+    log = proxy.log[first:]
+    media = [line for line in log if "digits-train.array_record" in line and "alt=media" in line]
+    metadata = [line for line in log if "digits-train.array_record" in line and "alt=media" not in line]
+    files = {line.split("?")[0] for line in media}
+    assert files and len(media) == len(files) and metadata == []
+
+
 def test_explains_in_one_line_what_another_process_count_does(bucket_digits):
     it = pipeline.train_iterator(bucket_digits, pp=EVAL_PP, global_batch_size=32, sharding=mesh_sharding(),
                                  start_step=10)

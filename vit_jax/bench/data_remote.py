@@ -40,7 +40,20 @@ def _record_cache(enabled: bool):
         sources.CACHE_BYTES = saved
 
 
-def _rate(ds, size: int, batch: int, steps: int, workers: int, window: int, record_cache: bool) -> dict:
+def _cpu_s(pids: list[int]) -> float | None:
+    """User + system CPU seconds of these processes so far (Linux /proc; None elsewhere)."""
+    try:
+        total = 0
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+        return total / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _rate(ds, size: int, batch: int, steps: int, workers: int, window: int, record_cache: bool,
+          server_pids: list[int]) -> dict:
     import jax
     import numpy as np
 
@@ -58,12 +71,15 @@ def _rate(ds, size: int, batch: int, steps: int, workers: int, window: int, reco
             next(it)
         spool = getattr(it.plan, "records", None)
         fetched, waited = (spool.spool.files_fetched, spool.spool.wait_s) if spool else (0, 0.0)
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu, server = time.perf_counter(), time.process_time(), _cpu_s(server_pids)
         for _ in range(steps):
             next(it)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        server_after = _cpu_s(server_pids)
         out = {"images": steps * batch, "images_per_s": steps * batch / wall, "cpu_s": cpu,
                "images_per_cpu_s": steps * batch / cpu,
+               # The emulator and the proxy share this machine's cores; a real bucket's servers do not.
+               "server_cpu_s": None if server is None or server_after is None else server_after - server,
                "record_cache": getattr(it.loader.source, "_cache", None) is not None}
         if spool:
             out.update(files_fetched_timed=spool.spool.files_fetched - fetched,
@@ -77,14 +93,14 @@ def _serve_proxy(upstream: str, latency_s: float, conn) -> None:
     from vit_jax.storage.emulator import FaultProxy
 
     with FaultProxy(upstream, latency_s=latency_s) as proxy:
-        conn.send(proxy.url)
+        conn.send((proxy.url, os.getpid()))
         while conn.recv() == "count":
             conn.send(proxy.requests)
 
 
 @contextlib.contextmanager
 def _proxy_process(upstream: str, latency_s: float):
-    """FaultProxy (the added latency) in a child process, yielding its URL and a request counter.
+    """FaultProxy (the added latency) in a child process, yielding its URL, a request counter and its pid.
 
     The proxy is pure Python and relays every byte: in this process its CPU and GIL time counted as the pipeline's
     own (bucket / local 0.70-0.80 on a quiet machine, 2026-12-04), a cost a real bucket never puts on the host."""
@@ -95,13 +111,13 @@ def _proxy_process(upstream: str, latency_s: float):
     proc = ctx.Process(target=_serve_proxy, args=(upstream, latency_s, child), daemon=True)
     proc.start()
     try:
-        url = parent.recv()
+        url, pid = parent.recv()
 
         def requests() -> int:
             parent.send("count")
             return parent.recv()
 
-        yield url, requests
+        yield url, requests, pid
     finally:
         with contextlib.suppress(OSError):
             parent.send("stop")
@@ -161,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     jpegs = make_jpegs(args.num_images)
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
     with tempfile.TemporaryDirectory() as tmp, Emulator(bucket="vit-jax-bench") as emulator, \
-            _proxy_process(emulator.url, args.latency_ms / 1e3) as (proxy_url, proxy_requests), _restored_env(saved):
+            _proxy_process(emulator.url, args.latency_ms / 1e3) as (proxy_url, proxy_requests, proxy_pid), \
+            _restored_env(saved):
         os.environ["STORAGE_EMULATOR_HOST"] = proxy_url
         runtime.configure_storage_env()
         with contextlib.redirect_stdout(sys.stderr):  # keep --json output clean of build chatter
@@ -173,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(max(1, args.repeats)):
             for side, ds in (("local", local), ("bucket", remote_ds)):
                 rounds[side].append(_rate(ds, args.size, args.batch, args.steps, args.workers, args.window,
-                                          record_cache=args.local_cache))
+                                          record_cache=args.local_cache,
+                                          server_pids=[emulator.proc.pid, proxy_pid]))
         requests = proxy_requests() - requests_before
     best = {side: max(r, key=lambda x: x["images_per_s"]) for side, r in rounds.items()}
     result = {"environment": environment(), "latency_ms": args.latency_ms, "batch": args.batch,
@@ -200,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{best['bucket']['images_per_cpu_s']:8.1f} images/cpu-s "
           f"({best['bucket']['files_fetched_timed']} files fetched while timed; decode threads waited "
           f"{best['bucket']['reader_wait_s']:.2f} s for them)")
+    if best["bucket"]["server_cpu_s"] is not None:
+        print(f"the localhost emulator + proxy used {best['bucket']['server_cpu_s']:.2f} CPU-s of this machine in that "
+              f"round (against {best['bucket']['cpu_s']:.2f} CPU-s of the pipeline's process)")
     print(f"ratio bucket / local: {result['ratio']:.2f} (wall), {result['ratio_per_cpu_s']:.2f} (per CPU-second); "
           f"{requests} requests to the bucket")
     return 0

@@ -158,6 +158,26 @@ def listdir(url: str) -> list[str]:
     return sorted(os.path.basename(str(e).rstrip("/")) for e in entries)
 
 
+def sizes(urls: list[str]) -> dict[str, int]:
+    """{url: bytes} of objects, from one listing per folder rather than a metadata request per object (a file of a
+    streamed split is then fetched with one request, not two). Objects not found are left out."""
+    out: dict[str, int] = {}
+    folders: dict[str, list[str]] = {}
+    for url in urls:
+        folders.setdefault(url.rsplit("/", 1)[0], []).append(url)
+    for folder, members in folders.items():
+        fs = filesystem(folder)
+        scheme = folder.split("://", 1)[0]
+        try:
+            entries = _call(folder, "listing", lambda: fs.ls(folder, detail=True, refresh=True))
+        except FileNotFoundError:
+            continue
+        found = {f"{scheme}://{fs._strip_protocol(e['name'])}": int(e["size"]) for e in entries
+                 if e.get("type") == "file"}
+        out.update((u, found[u]) for u in members if u in found)
+    return out
+
+
 def read_bytes(url: str) -> bytes:
     fs = filesystem(url)
     return _call(url, "reading", lambda: fs.cat_file(url))
