@@ -156,6 +156,11 @@ def test_missing_bucket_or_dataset_is_one_line_before_anything_else(gcs):
         datasets.open_dataset("digits", data_dir="gs://no-such-bucket/tfds")
     assert str(e.value) == ("data_dir gs://no-such-bucket/tfds: bucket gs://no-such-bucket does not exist (or this "
                             "account cannot see it)")
+    # A name GCS would refuse (tensorstore, which writes the checkpoints, does; the emulator does not): one line too,
+    # not a failed checkpoint save after training has run.
+    for bad in ("b", "My_Bucket", "-bucket", "a" * 64):
+        with pytest.raises(remote.StorageError, match=rf"^data_dir gs://{bad}/tfds: '{bad}' is not a valid GCS bucket"):
+            datasets.open_dataset("digits", data_dir=f"gs://{bad}/tfds")
     with pytest.raises(datasets.DataNotFoundError) as e:
         datasets.open_dataset("digits", data_dir=f"{gcs.bucket}/empty", prepare=False)
     assert str(e.value) == (f"digits is not prepared in {gcs.bucket}/empty: run `vit-jax prepare-data digits "

@@ -136,10 +136,21 @@ def exists(url: str) -> bool:
     return info(url) is not None
 
 
+# GCS bucket names (cloud.google.com/storage/docs/buckets#naming): 3-63 characters (up to 222 with dots, each
+# dot-separated part at most 63) of lowercase letters, digits, '-', '_' and '.', starting and ending with a letter or
+# digit. Checked up front: the emulator (and gcsfs) accept others, but tensorstore, which Orbax writes checkpoints
+# with, rejects them at the first save, after training has run.
+_GCS_BUCKET = re.compile(r"[a-z0-9](?:[a-z0-9._-]{1,220})[a-z0-9]")
+
+
 def check_location(url: str, what: str) -> None:
-    """Fails in one line, before any work, if the bucket of `url` is missing or unreachable."""
+    """Fails in one line, before any work, if the bucket of `url` is missing, unreachable or misnamed."""
+    scheme = url.split("://", 1)[0]
     bucket = url.split("://", 1)[1].split("/", 1)[0]
-    root = f"{url.split('://', 1)[0]}://{bucket}"
+    root = f"{scheme}://{bucket}"
+    if scheme == "gs" and (not _GCS_BUCKET.fullmatch(bucket) or any(len(part) > 63 for part in bucket.split("."))):
+        raise StorageError(f"{what} {url}: {bucket!r} is not a valid GCS bucket name (3-63 characters: lowercase "
+                           f"letters, digits, '-', '_', '.'; starting and ending with a letter or digit)")
     try:
         found = info(root)
     except StorageError as e:
