@@ -2,8 +2,8 @@
 
 The main job of the README (`make demo`): it exercises the whole path — dataset build, sharded training over all
 local devices, evaluation, checkpoints, metrics (TensorBoard + metrics.jsonl), summary.json and the curve plot —
-in about a minute on 2 CPU cores (56-60 s on an idle machine, 2026-12-02). Expected result: >= 95% test
-accuracy (360 test images, 10 classes; 96.1-98.9% over seeds 0-4, 98.9% with the default seed 0).
+in about a minute on 2 CPU cores (44-52 s on an idle machine, 2026-12-04). Expected result: >= 95% test
+accuracy (360 test images, 10 classes; 96.9-98.6% over seeds 0-4, 98.6% with the default seed 0; 2026-12-04).
 
     python -m vit_jax.main --config=configs/demo.py --workdir=workdirs/demo
 

@@ -121,16 +121,24 @@ class Linear(nnx.Module):
 
 
 class PatchEmbed(nnx.Module):
-    """A (ph, pw, in, D) convolution with stride = patch size, computed as a matmul on flattened patches."""
+    """A (ph, pw, in, D) convolution with stride = patch size (the official layout and computation).
+
+    A convolution rather than a matmul on `patchify`'s flattened patches (the same sums): XLA:CPU lays out the
+    matmul's kernel gradient with the output's gradient transposed and fuses that transpose into the loop that sums
+    the residual stream's gradient over every block, which then reads all its inputs strided: 12 of 63 ms of the
+    demo model's train step (width 64, 4 blocks, 4x4 patches, batch 128). The convolution's gradient has no such
+    transpose: 49 ms. ViT-S/16's step is the same either way (6.54 vs 6.56 s at batch 32).
+    """
 
     def __init__(self, patch_size: tuple[int, int], cin: int, dim: int, *, param_dtype, rngs):
         self.kernel = param(rngs, lecun_normal(3), (*patch_size, cin, dim), param_dtype, (None, None, None, "embed"))
         self.bias = param(rngs, zeros, (dim,), param_dtype, ("embed",))
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        ph, pw, c, d = self.kernel.shape
-        patches = patchify(x, (ph, pw))
-        return patches @ self.kernel[...].reshape(ph * pw * c, d).astype(x.dtype) + self.bias[...].astype(x.dtype)
+        ph, pw, _, d = self.kernel.shape
+        y = jax.lax.conv_general_dilated(x, self.kernel[...].astype(x.dtype), (ph, pw), "VALID",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return y.reshape(y.shape[0], -1, d) + self.bias[...].astype(x.dtype)  # (B, gh*gw, D), row-major grid
 
 
 def patchify(x: jax.Array, patch_size: tuple[int, int]) -> jax.Array:
