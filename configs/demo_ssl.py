@@ -24,7 +24,7 @@ from vit_jax.train.config import config_module, model_config, parse_config_args
 # digits' split sizes (vit_jax/data/digits.py; tests/train/test_demo_ssl_config.py checks them against the data):
 # train[:10%] is 144 of the 1,437 training images.
 TRAIN_EXAMPLES, LABELLED_EXAMPLES, NUM_CLASSES = 1437, 144, 10
-PRETRAIN_EPOCHS, FINETUNE_EPOCHS = 200.0, 100.0
+PRETRAIN_EPOCHS, FINETUNE_EPOCHS = 200.0, 200.0
 
 
 def get_config(arg=None):
