@@ -26,9 +26,8 @@ from vit_jax.storage import remote
 
 
 class _File:
-    def __init__(self, url: str, size_records: int, size_bytes: int | None) -> None:
+    def __init__(self, url: str, size_records: int) -> None:
         self.url = url
-        self.size_bytes = size_bytes
         self.records_in_file = size_records
         self.ready = threading.Event()
         self.error: BaseException | None = None
@@ -57,7 +56,7 @@ class Spool:
         self.urls, self.sizes, self.file_format = list(urls), list(sizes), file_format
         self.max_files = max_files
         # Object sizes from one listing per folder: each fetch is then a single ranged read, no metadata request.
-        self.byte_sizes = remote.sizes(self.urls) if any(remote.is_url(u) for u in self.urls) else {}
+        self.byte_sizes = remote.sizes(self.urls)
         self.directory = tempfile.mkdtemp(prefix="vit_jax_spool_", dir=os.environ.get("VIT_JAX_SPOOL_DIR") or None)
         atexit.register(shutil.rmtree, self.directory, True)
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, parallel), "vit_jax_spool")
@@ -74,7 +73,7 @@ class Spool:
             if f.retired:  # dropped before its turn came
                 return
             path = os.path.join(self.directory, f"{i:06d}_{os.path.basename(f.url)}")
-            size = remote.fetch(f.url, path, f.size_bytes)
+            size = remote.fetch(f.url, path, self.byte_sizes.get(f.url))
             f.path = path
             f.records = read_records(self.file_format, [FileSlice(path, 0, f.records_in_file, f.records_in_file)])
             with self._lock:
@@ -93,7 +92,7 @@ class Spool:
         if f is None:
             if self._closed:
                 raise RuntimeError("the spool is closed")
-            f = self._files[i] = _File(self.urls[i], self.sizes[i], self.byte_sizes.get(self.urls[i]))
+            f = self._files[i] = _File(self.urls[i], self.sizes[i])
             self._pool.submit(self._fetch, i, f)
         f.last_used = time.monotonic()
         return f
