@@ -98,14 +98,18 @@ def configure_storage_env(environ=os.environ) -> None:
 # and the data pipeline's batches are new mappings every step whose pages the kernel must fault in and zero again
 # (expensive in a VM): the demo took 8.3M page faults and 24 s of system time in 74 s (2026-12-02, 2 cores). Kept
 # in the process instead (no block mmap'ed by threshold, freed memory never trimmed, the heap grown 512 MiB at a
-# time, two arenas): 0.5M faults, 4.5 s of system time, 61 s, as fast as tcmalloc. The threshold and the trim are
-# unlimited (-1 is SIZE_MAX to glibc) because XLA:CPU allocates a step's whole temporary buffer as one block (4.39 GB
-# for the ViT-S/16 batch-32 train step): under a 1 GiB threshold it was a fresh mapping, ~1.07M page faults and
-# 3.8-13 s of system time per 8 s step (2026-12-04). Only the main arena can hold such a block (glibc's per-thread
-# arenas are 64 MiB heaps and fall back to mmap), hence synchronous CPU dispatch in configure_jax.
+# time): 0.5M faults, 4.5 s of system time, 61 s, as fast as tcmalloc. The threshold and the trim are unlimited (-1
+# is SIZE_MAX to glibc) because XLA:CPU allocates a step's whole temporary buffer as one block (4.39 GB for the
+# ViT-S/16 batch-32 train step): under a 1 GiB threshold it was a fresh mapping, ~1.07M page faults and 3.8-13 s of
+# system time per 8 s step (2026-12-04). Only the main arena can hold such a block (glibc's per-thread arenas are
+# 64 MiB heaps and fall back to mmap), hence synchronous CPU dispatch in configure_jax.
+# The number of arenas stays glibc's (8 per core): compiling a program leaves ~16,000 free fragments in the
+# compiling thread's arena, and with M_ARENA_MAX 2 XLA's worker threads shared those arenas, so every per-step
+# malloc sorted through them (_int_malloc 13% of samples): a process that compiled its train step ran it 25-35%
+# slower than one that loaded it from the compilation cache (demo_ssl's MAE step 42 vs 33 ms; the whole SSL demo
+# 347 s vs 255 s with an empty cache, 2026-12-04). With an arena per thread the workers' arenas stay clean.
 # The cost: a process keeps its peak heap until it exits. VIT_JAX_MALLOC=default leaves glibc's defaults.
-_MALLOPT = {"M_TRIM_THRESHOLD": (-1, -1), "M_TOP_PAD": (-2, 512 * 2**20), "M_MMAP_THRESHOLD": (-3, -1),
-            "M_ARENA_MAX": (-8, 2)}
+_MALLOPT = {"M_TRIM_THRESHOLD": (-1, -1), "M_TOP_PAD": (-2, 512 * 2**20), "M_MMAP_THRESHOLD": (-3, -1)}
 
 
 def tune_malloc() -> bool:
