@@ -3,8 +3,9 @@ dataset and workdir in the bucket, jobs given only STORAGE_EMULATOR_HOST.
 
 - prepare-data into the bucket, then the demo trains from it to >= 95% and leaves every output there; `vit-jax eval`
   reads that run directory.
-- The 2-process launcher on the demo (shortened): transient faults mid-read and mid-save, a SIGTERM, a checkpoint cut
-  off mid-upload by a SIGKILL: the run ends exactly like an undisturbed one in the bucket.
+- The 2-process launcher on the full demo: transient faults mid-read and mid-save, a SIGTERM, a checkpoint cut off
+  mid-upload by a SIGKILL: the losses are those of an undisturbed run in the bucket, and the final accuracy is
+  within a point of the local-disk demo's.
 - A bucket that is down: one line naming the path and the cause, before any compilation.
 """
 
@@ -14,6 +15,7 @@ import json
 import re
 import signal
 import sys
+import threading
 
 import pytest
 
@@ -24,13 +26,17 @@ from vit_jax.storage import remote
 pytestmark = pytest.mark.slow
 
 DEMO = f"--config={ROOT / 'configs' / 'demo.py'}"
-# The demo's model and data on a shortened schedule (120 of its 450 steps; one evaluation at the end, no few-shot, a
-# checkpoint every 30 steps): the disturbed run must equal the undisturbed one bit for bit, which any length shows.
-# The full demo in a bucket, and its accuracy against the local demo's, is the prepare-data test below.
-STEPS = 120
-DEMO_TRAINING = ["--config.eval.every_epochs=0", "--config.eval.fewshot.datasets=()", "--config.total_epochs=0",
-                 f"--config.total_steps={STEPS}", "--config.checkpoint.every_epochs=0",
-                 "--config.checkpoint.every_steps=30", "--config.log_every_steps=1"]
+# The demo at its full length (1,123 steps; one evaluation at the end, no few-shot, a checkpoint every 90 steps),
+# as 2 processes of one CPU device each (on 2 cores, 2 x 2 devices ran at about half the speed: cross-process
+# collectives of 4 devices, 2026-12-04). The undisturbed reference is stopped past REFERENCE_STEPS, which covers
+# both resumes of the disturbed run; the rest of the schedule is the same program on the same state.
+CKPT_EVERY, REFERENCE_STEPS = 90, 200
+# configs/demo.py on local disk at seed 0 (README, configs/demo.py; 97.8-98.9% over seeds 0-4): the bucket run reads
+# the data in its own per-process order and must land within a point of it.
+LOCAL_DEMO_TOP1 = 0.9806
+DEMO_TRAINING = ["--config.eval.every_epochs=0", "--config.eval.fewshot.datasets=()",
+                 "--config.checkpoint.every_epochs=0", f"--config.checkpoint.every_steps={CKPT_EVERY}",
+                 "--config.log_every_steps=1"]  # each step's own loss (a logged loss averages the steps since the last)
 
 
 def metric_rows(run: str) -> list[dict]:
@@ -71,12 +77,19 @@ def background_jobs(gcs, bucket_data):
     with FaultProxy(gcs.emulator.url) as down:
         down.inject("503", count=None)
         jobs = {
-            "undisturbed": Job(local_launch(2, 2, trainer(DEMO, f"--workdir={undisturbed}",
+            "undisturbed": Job(local_launch(2, 1, trainer(DEMO, f"--workdir={undisturbed}",
                                                           f"--config.data.data_dir={bucket_data}", *DEMO_TRAINING)),
                                env=bucket_job_env(gcs.emulator.url)),  # not through the proxy the faults are on
             "down": Job(trainer(DEMO, f"--workdir={gcs.bucket}/runs/down", f"--config.data.data_dir={bucket_data}",
                                 *DEMO_TRAINING), env=bucket_job_env(down.url)),
         }
+        reference = jobs["undisturbed"]
+
+        def stop_reference() -> None:  # SIGTERM once past REFERENCE_STEPS: it saves and exits 0
+            reference.wait_for(r"^\[0\] step (2\d\d|[3-9]\d\d|\d{4})/", timeout=900)
+            reference.proc.send_signal(signal.SIGTERM)
+
+        threading.Thread(target=stop_reference, daemon=True).start()
         try:
             yield {"undisturbed_run": undisturbed, **jobs}
         finally:
@@ -97,26 +110,26 @@ def test_two_processes_in_a_bucket_survive_faults_sigterm_and_a_cut_checkpoint_e
         background_jobs, gcs, bucket_data, proxy, start_job):
     run = f"{gcs.bucket}/runs/disturbed"
     env = bucket_job_env(proxy.url)
-    command = local_launch(2, 2, trainer(DEMO, f"--workdir={run}", f"--config.data.data_dir={bucket_data}",
+    command = local_launch(2, 1, trainer(DEMO, f"--workdir={run}", f"--config.data.data_dir={bucket_data}",
                                          *DEMO_TRAINING))
     # Segment 1: 503 bursts and dropped connections while reading the shards and while saving checkpoints, then
     # a preemption (SIGTERM to the launcher, forwarded to both processes).
     shard = r"digits-train\.array_record.*alt=media"
     proxy.inject("503", match=shard, count=2)
     proxy.inject("cut", match=shard, count=1)
-    saving = r"disturbed(/|%2F)checkpoints(/|%2F)30(/|%2F)"  # ~170 requests per save: these land in its middle
+    saving = rf"disturbed(/|%2F)checkpoints(/|%2F){CKPT_EVERY}(/|%2F)"  # ~170 requests per save: in its middle
     proxy.inject("503", match=saving, count=3, after=20)
     proxy.inject("drop", match=saving, count=1, after=60)
     proxy.inject("cut", match=rf"^(POST|PUT) /upload/.*{saving}", count=1, after=10)
     job = start_job(command, env=env)
-    job.wait_for(r"^\[0\] step (4\d|[5-9]\d|\d{3})/", timeout=600)
+    job.wait_for(r"^\[0\] step (1\d\d|[2-9]\d\d|\d{4})/", timeout=600)  # past the faulted save at step 90
     job.proc.send_signal(signal.SIGTERM)
     assert job.finish(timeout=600) == 0, job.tail()
     stop = int(re.search(r"^\[0\] preempted: saved checkpoint at step (\d+)", job.output, re.M).group(1))
     assert sum(proxy.injected.values()) == 8, proxy.injected
     assert stop in complete_steps(run)
     # Segment 2: killed (as a lost VM would be) while the next checkpoint's arrays are being uploaded.
-    cut = (stop // 30 + 1) * 30
+    cut = (stop // CKPT_EVERY + 1) * CKPT_EVERY
     proxy.inject("hold", match=rf"^POST /upload/.*disturbed(/|%2F)checkpoints(/|%2F){cut}(/|%2F)state", after=1)
     job = start_job(command, env=env)
     assert proxy.held.wait(timeout=600), job.tail()
@@ -125,20 +138,23 @@ def test_two_processes_in_a_bucket_survive_faults_sigterm_and_a_cut_checkpoint_e
     assert cut not in complete_steps(run) and str(cut) in remote.listdir(f"{run}/checkpoints")
     # Segment 3: resumes from the last complete checkpoint, not the cut one, and finishes.
     job = start_job(command, env=env)
-    assert job.finish(timeout=600) == 0, job.tail()
+    assert job.finish(timeout=900) == 0, job.tail()
     assert re.search(rf"^\[0\] resumed from .*checkpoints/{stop} \(step {stop}\)", job.output, re.M), job.tail()
 
     undisturbed_job = background_jobs["undisturbed"]
     assert undisturbed_job.finish(timeout=900) == 0, undisturbed_job.tail()
+    assert "preempted: saved checkpoint" in undisturbed_job.output, undisturbed_job.tail()
     want, got = bucket_losses(background_jobs["undisturbed_run"]), bucket_losses(run)
-    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
-    assert got == want  # bit-identical losses at every step
+    mine = summary(run)
+    total = mine["steps"]
+    assert sorted(got) == list(range(1, total + 1))
+    assert max(want) >= REFERENCE_STEPS > cut
+    assert {s: got[s] for s in want} == want  # bit-identical losses at every step the reference logged
     retried = [r["storage/retries"] for r in metric_rows(run) if r["step"] <= stop and "storage/retries" in r]
     assert retried and retried[-1] >= 1  # process 0's count of what its clients retried in segment 1
-    mine, undisturbed = summary(run), summary(background_jobs["undisturbed_run"])
-    assert mine["final"] == undisturbed["final"] and mine["steps"] == STEPS
     assert mine["final"]["eval/count"] == 360  # each process evaluated its share; every example counted once
-    assert complete_steps(run) == complete_steps(background_jobs["undisturbed_run"]) == [60, 90, STEPS]  # keep=3
+    assert abs(mine["final"]["eval/top1"] - LOCAL_DEMO_TOP1) <= 0.01, mine["final"]
+    assert complete_steps(run)[-1] == total and len(complete_steps(run)) == 3  # keep=3
 
 
 def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(gcs, start_job):
@@ -150,7 +166,7 @@ def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(
     assert job.finish(timeout=900) == 0, job.tail()
     result = summary(run)
     # Streamed from the bucket (a per-process order: another draw of the data order than the local demo's, which
-    # moves the demo's accuracy as another seed does, 96.9-98.6% over seeds 0-4) it reaches the demo's promise.
+    # moves the demo's accuracy as another seed does, 97.8-98.9% over seeds 0-4) it reaches the demo's promise.
     assert result["final"]["eval/top1"] >= 0.95 and result["final"]["eval/count"] == 360, result["final"]
     names = remote.listdir(run)
     assert {"checkpoints", "metrics.jsonl", "summary.json", "tb", "curves.png"} <= set(names), names
