@@ -115,15 +115,16 @@ class Job:
         with self._cond:
             return "\n".join(line[:400] for line in self.lines[-n:] if "I0000" not in line)
 
-    def wait_for(self, pattern: str, timeout: float = 300.0) -> re.Match:
-        """The first output line matching `pattern`, waiting for it; fails if the job ends or hangs first."""
+    def wait_for(self, pattern: str, timeout: float = 300.0, accept=lambda m: True) -> re.Match:
+        """The first output line matching `pattern` (and `accept`), waiting for it; fails if the job ends or hangs
+        first."""
         rx = re.compile(pattern)
         deadline = time.monotonic() + timeout
         seen = 0
         with self._cond:
             while True:
                 for line in self.lines[seen:]:
-                    if m := rx.search(line):
+                    if (m := rx.search(line)) and accept(m):
                         return m
                 seen = len(self.lines)
                 ended = self.proc.poll() is not None and not self._reader.is_alive()
@@ -131,6 +132,10 @@ class Job:
                     why = "the job ended" if ended else f"nothing matched for {timeout:.0f}s"
                     raise AssertionError(f"{why} before a line matching {pattern!r}; output tail:\n{self.tail()}")
                 self._cond.wait(timeout=1.0)
+
+    def wait_for_step(self, step: int, timeout: float = 300.0) -> re.Match:
+        """Process 0's first logged step at or past `step` (the launcher prefixes its lines with [0])."""
+        return self.wait_for(r"^\[0\] step (\d+)/", timeout, accept=lambda m: int(m.group(1)) >= step)
 
     def finish(self, timeout: float = 300.0) -> int:
         """Waits for the job to end (a hang fails the test with the output) and returns its exit status."""

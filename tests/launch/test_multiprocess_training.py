@@ -31,7 +31,7 @@ def test_sigterm_saves_at_one_step_everywhere_exits_0_and_resumes_exactly(uninte
                                                                            start_job):
     workdir = tmp_path / "run"
     job = start_job(two_process(workdir, digits_dir))
-    job.wait_for(r"^\[0\] step ([3-9]|\d\d+)/")
+    job.wait_for_step(3)
     job.proc.send_signal(signal.SIGTERM)  # the launcher forwards it to both processes, as a scheduler would
     assert job.finish() == 0, job.tail()
 
@@ -59,7 +59,7 @@ def test_killed_peer_stops_the_survivor_within_60s_then_relaunch_resumes(digits_
     workdir = tmp_path / "run"
     fast = ("--config.distributed.heartbeat_timeout_s=10",)
     job = start_job(two_process(workdir, digits_dir, extra=fast))
-    job.wait_for(r"^\[0\] step ([6-9]|\d\d)/")
+    job.wait_for_step(6)
     deadline = time.monotonic() + 60
     while not complete_checkpoints(workdir) and time.monotonic() < deadline:  # saves are asynchronous
         time.sleep(0.1)
@@ -86,7 +86,7 @@ def test_killed_peer_stops_the_survivor_within_60s_then_relaunch_resumes(digits_
 
 def test_killed_coordinator_stops_the_survivor_within_60s(digits_dir, tmp_path, start_job):
     job = start_job(two_process(tmp_path / "run", digits_dir))
-    job.wait_for(r"^\[0\] step ([3-9]|\d\d+)/")
+    job.wait_for_step(3)
     killed_at = time.monotonic()
     os.kill(job.child_pids()[0], signal.SIGKILL)  # process 0 also hosts JAX's coordination service
     m = job.wait_for(r"^\[local\] process 1 (exited with code -?\d+|was killed by \w+)", timeout=120)

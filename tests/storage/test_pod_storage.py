@@ -86,7 +86,7 @@ def background_jobs(gcs, bucket_data):
         reference = jobs["undisturbed"]
 
         def stop_reference() -> None:  # SIGTERM once past REFERENCE_STEPS: it saves and exits 0
-            reference.wait_for(r"^\[0\] step (2\d\d|[3-9]\d\d|\d{4})/", timeout=900)
+            reference.wait_for_step(REFERENCE_STEPS, timeout=900)
             reference.proc.send_signal(signal.SIGTERM)
 
         threading.Thread(target=stop_reference, daemon=True).start()
@@ -122,7 +122,7 @@ def test_two_processes_in_a_bucket_survive_faults_sigterm_and_a_cut_checkpoint_e
     proxy.inject("drop", match=saving, count=1, after=60)
     proxy.inject("cut", match=rf"^(POST|PUT) /upload/.*{saving}", count=1, after=10)
     job = start_job(command, env=env)
-    job.wait_for(r"^\[0\] step (1\d\d|[2-9]\d\d|\d{4})/", timeout=600)  # past the faulted save at step 90
+    job.wait_for_step(CKPT_EVERY + 10, timeout=600)  # past the faulted save
     job.proc.send_signal(signal.SIGTERM)
     assert job.finish(timeout=600) == 0, job.tail()
     stop = int(re.search(r"^\[0\] preempted: saved checkpoint at step (\d+)", job.output, re.M).group(1))
