@@ -11,9 +11,13 @@ WORKDIR ?= workdirs/demo
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 SLURM_PROGRAMS := munged mungekey slurmctld slurmd sbatch srun scontrol scancel sinfo squeue
 
-.PHONY: demo test install clean slurm-packages
+# The input pipeline's cropped JPEG decode (vit_jax/data/_jpeg_crop.c) compiles against libjpeg-turbo's headers:
+# Debian's libjpeg62-turbo-dev, installed when missing and the user is root.
+JPEG_HEADERS := /usr/include/jpeglib.h
 
-$(VENV)/.installed: setup.py
+.PHONY: demo test install clean slurm-packages jpeg-headers
+
+$(VENV)/.installed: setup.py vit_jax/data/_jpeg_crop.c | jpeg-headers
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "vit_jax needs Python >= 3.11 (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -42,6 +46,15 @@ slurm-packages:
 	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null; }; }; \
 	rc=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
 	if [ $$rc != 0 ]; then echo "note: installing $(SLURM_PACKAGES) failed: the SLURM tests will fail"; fi
+
+jpeg-headers:
+	@if [ -e $(JPEG_HEADERS) ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "note: $(JPEG_HEADERS) is missing: install libjpeg-turbo's headers (Debian: libjpeg62-turbo-dev)"; exit 0; fi; \
+	echo "installing libjpeg62-turbo-dev (Debian) for the cropped JPEG decode"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y -qq --no-install-recommends libjpeg62-turbo-dev >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends libjpeg62-turbo-dev >/dev/null; }
 
 clean:
 	rm -rf $(VENV) .cache workdirs

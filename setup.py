@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 VERSION = re.search(r'__version__ = "([^"]+)"', Path("vit_jax/__init__.py").read_text()).group(1)
 
@@ -34,6 +34,12 @@ INSTALL_REQUIRES = [
     "gcsfs>=2026.9,<2027",
 ]
 
+# The cropped JPEG decode of the input pipeline (vit_jax/data/_jpeg_crop.c) calls libjpeg-turbo's partial-decode API
+# (jpeg_crop_scanline, jpeg_skip_scanlines, libjpeg-turbo >= 1.5): it builds against the system's libjpeg headers
+# and library (Debian: libjpeg62-turbo-dev, which the Makefile installs when it is missing).
+JPEG_CROP = Extension("vit_jax.data._jpeg_crop", ["vit_jax/data/_jpeg_crop.c"], libraries=["jpeg"],
+                      extra_compile_args=["-O2"])
+
 setup(
     name="vit_jax",
     version=VERSION,
@@ -43,6 +49,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["vit_jax", "vit_jax.*"]),
     package_data={"vit_jax": ["resources/*", "resources/**/*"]},
+    ext_modules=[JPEG_CROP],
     install_requires=INSTALL_REQUIRES,
     extras_require={
         # jax[tpu] brings libtpu (0.0.42.x for jax 0.10.2): the TPU compiler that `vit-jax plan --topology` and the

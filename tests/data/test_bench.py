@@ -3,6 +3,7 @@
 import json
 
 from vit_jax.bench import data as bench
+from vit_jax.data import sources
 
 
 def test_data_bench_smoke(capsys):
@@ -16,6 +17,7 @@ def test_data_bench_smoke(capsys):
     assert result["ratio_per_core"] > 0 and result["scaling_2_workers_wall"] > 0
     assert set(result["stages"]) == {"ours_ms", "tensorflow_ms", "dct_scales"}
     assert all(ms > 0 for ms in result["stages"]["ours_ms"].values())
+    assert sources.CACHE_BYTES == 64 << 20  # measured as ImageNet reads (uncached), and the setting is restored
 
 
 def test_data_bench_json_file_like_the_other_benchmarks(tmp_path, capsys):
