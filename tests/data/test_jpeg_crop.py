@@ -70,6 +70,6 @@ def test_fused_op_pixels_equal_a_full_decode_then_crop_and_resize(gen):
         for _ in range(20):
             box = random_box(rng, 131, 97)
             scale = decode.jpeg_draft_scale(box[2], box[3], 16, 16)
-            x, y, w, h = decode._scaled_box(*box, scale, -(-131 // scale), -(-97 // scale))
+            x, y, w, h = decode.scaled_box(*box, scale, -(-131 // scale), -(-97 // scale))
             want = cv.resize(cv.decode_jpeg(data, scale)[y : y + h, x : x + w], 16, 16)
             np.testing.assert_array_equal(decode.decode_crop_resize(data, lambda w_, h_: box, 16, 16), want)

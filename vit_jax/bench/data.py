@@ -120,15 +120,13 @@ class TensorflowReference:
     that reads and parses the same records ours does (the serialized tf.Examples, as a TFRecord file). (b-mem): the
     same pipeline over the JPEG bytes held in memory (no read, no parse). (b'): one tf.function call per image."""
 
-    # The features of our image-folder records, as TF parses them: the same work as our parser's.
-    FEATURES = ("image", "label", "labels", "id")
-
     def __init__(self, records: list[bytes], size: int, batch: int, tfrecord_path: Path) -> None:
         tf = self.tf = _tensorflow()
+        # Every feature of our image-folder records, so that TF parses as much as our parser does.
         spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64),
                 "labels": tf.io.VarLenFeature(tf.int64), "id": tf.io.FixedLenFeature([], tf.string)}
         examples = [tf.train.Example.FromString(r) for r in records]
-        assert all(set(e.features.feature) == set(self.FEATURES) for e in examples), "not image-folder records"
+        assert all(set(e.features.feature) == set(spec) for e in examples), "not image-folder records"
         self.jpegs = [e.features.feature["image"].bytes_list.value[0] for e in examples]
         self.batch = batch
         self.boxes = np.asarray([(y, x, h, w) for x, y, w, h in _inception_boxes(self.jpegs)], np.int32)  # TF's
@@ -234,7 +232,7 @@ def stages(ds, size: int, reference: TensorflowReference | None) -> dict:
     boxes = _inception_boxes(datas)
     sizes = [Image.open(io.BytesIO(d)).size for d in datas]
     scales = [decode.jpeg_draft_scale(w, h, size, size) for _, _, w, h in boxes]
-    scaled = [decode._scaled_box(*box, s, -(-w // s), -(-h // s)) for box, s, (w, h) in zip(boxes, scales, sizes)]
+    scaled = [decode.scaled_box(*box, s, -(-w // s), -(-h // s)) for box, s, (w, h) in zip(boxes, scales, sizes)]
 
     def decode_crop(i: int) -> np.ndarray:
         x, y, w, h = scaled[i]

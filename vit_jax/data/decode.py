@@ -202,7 +202,7 @@ def decode_crop_resize(data: bytes, box_fn, out_w: int, out_h: int) -> np.ndarra
     box = box_fn(width, height)
     if size is not None:
         scale = jpeg_draft_scale(box[2], box[3], out_w, out_h)
-        x, y, w, h = _scaled_box(*box, scale, -(-width // scale), -(-height // scale))  # 1/s image: ceil(W/s) wide
+        x, y, w, h = scaled_box(*box, scale, -(-width // scale), -(-height // scale))  # 1/s image: ceil(W/s) wide
         crop = np.empty((h, w, 3), np.uint8)
         if _jpeg_crop.decode(data, crop, scale, x, y, w, h):
             return cv.resize(crop, out_h, out_w)
@@ -215,7 +215,7 @@ def decode_crop_resize(data: bytes, box_fn, out_w: int, out_h: int) -> np.ndarra
     return cv.resize(pixels[y : y + h, x : x + w], out_h, out_w)
 
 
-def _scaled_box(x, y, w, h, scale: int, width: int, height: int) -> tuple[int, int, int, int]:
+def scaled_box(x, y, w, h, scale: int, width: int, height: int) -> tuple[int, int, int, int]:
     """The box in pixels of the 1/scale image (width x height): pixel i stands for full-size pixels [s*i, s*i + s)."""
     if scale == 1:
         return x, y, w, h
