@@ -1,4 +1,4 @@
-# Two commands do all set-up on a fresh machine (Python >= 3.11 and make):
+# Two commands do all set-up on a fresh machine (Python >= 3.11 with its headers, a C compiler and make):
 #   make demo   - builds .venv on first use, then trains the demo ViT on the embedded digits dataset
 #   make test   - builds .venv on first use, then runs the whole test suite
 PYTHON ?= python3
@@ -12,7 +12,7 @@ SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 SLURM_PROGRAMS := munged mungekey slurmctld slurmd sbatch srun scontrol scancel sinfo squeue
 
 # The input pipeline's cropped JPEG decode (vit_jax/data/_jpeg_crop.c) compiles against libjpeg-turbo's headers:
-# Debian's libjpeg62-turbo-dev, installed when missing and the user is root.
+# libjpeg-dev (Debian: libjpeg62-turbo-dev, Ubuntu: libjpeg-turbo8-dev), installed when missing and the user is root.
 JPEG_HEADERS := /usr/include/jpeglib.h
 
 .PHONY: demo test install clean slurm-packages jpeg-headers
@@ -50,11 +50,11 @@ slurm-packages:
 jpeg-headers:
 	@if [ -e $(JPEG_HEADERS) ]; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
-	  echo "note: $(JPEG_HEADERS) is missing: install libjpeg-turbo's headers (Debian: libjpeg62-turbo-dev)"; exit 0; fi; \
-	echo "installing libjpeg62-turbo-dev (Debian) for the cropped JPEG decode"; \
+	  echo "note: $(JPEG_HEADERS) is missing: install libjpeg-turbo's headers (libjpeg-dev)"; exit 0; fi; \
+	echo "installing libjpeg-dev (libjpeg-turbo's headers) for the cropped JPEG decode"; \
 	export DEBIAN_FRONTEND=noninteractive; \
-	apt-get install -y -qq --no-install-recommends libjpeg62-turbo-dev >/dev/null 2>&1 || \
-	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends libjpeg62-turbo-dev >/dev/null; }
+	apt-get install -y -qq --no-install-recommends libjpeg-dev >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends libjpeg-dev >/dev/null; }
 
 clean:
 	rm -rf $(VENV) .cache workdirs

@@ -36,7 +36,8 @@ INSTALL_REQUIRES = [
 
 # The cropped JPEG decode of the input pipeline (vit_jax/data/_jpeg_crop.c) calls libjpeg-turbo's partial-decode API
 # (jpeg_crop_scanline, jpeg_skip_scanlines, libjpeg-turbo >= 1.5): it builds against the system's libjpeg headers
-# and library (Debian: libjpeg62-turbo-dev, which the Makefile installs when it is missing).
+# and library (libjpeg-dev: Debian's libjpeg62-turbo-dev, Ubuntu's libjpeg-turbo8-dev; the Makefile installs it when
+# it is missing).
 JPEG_CROP = Extension("vit_jax.data._jpeg_crop", ["vit_jax/data/_jpeg_crop.c"], libraries=["jpeg"],
                       extra_compile_args=["-O2"])
 
