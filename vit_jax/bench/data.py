@@ -222,7 +222,7 @@ def _per_image_ms(fn, items: list, repeats: int = 5) -> float:
 
 def stages(ds, size: int, reference: TensorflowReference | None) -> dict:
     """Single-thread CPU milliseconds per image of each stage, best of 5 passes (TF: of 5 runs)."""
-    from vit_jax.data import _jpeg_crop, cv, decode, indexing, pipeline, pp
+    from vit_jax.data import cv, decode, indexing, pipeline, pp
     from vit_jax.data.image_ops import sample_inception_box
 
     loader = pipeline._Loader(ds, "train", PP.format(size=size), seed=0)
@@ -235,12 +235,10 @@ def stages(ds, size: int, reference: TensorflowReference | None) -> dict:
     scaled = [decode.scaled_box(*box, s, -(-w // s), -(-h // s)) for box, s, (w, h) in zip(boxes, scales, sizes)]
 
     def decode_crop(i: int) -> np.ndarray:
-        x, y, w, h = scaled[i]
-        crop = np.empty((h, w, 3), np.uint8)
-        assert _jpeg_crop.decode(datas[i], crop, scales[i], x, y, w, h)
-        return crop
+        return decode.decode_jpeg_box(datas[i], scales[i], *scaled[i])
 
     crops = [decode_crop(i) for i in range(len(datas))]
+    assert all(c is not None for c in crops)
     resized = [cv.resize(c, size, size) for c in crops]
     row = np.empty((size, size, 3), np.float32)
     value_range = pp.build("value_range(-1, 1)")

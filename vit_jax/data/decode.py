@@ -203,8 +203,7 @@ def decode_crop_resize(data: bytes, box_fn, out_w: int, out_h: int) -> np.ndarra
     if size is not None:
         scale = jpeg_draft_scale(box[2], box[3], out_w, out_h)
         x, y, w, h = scaled_box(*box, scale, -(-width // scale), -(-height // scale))  # 1/s image: ceil(W/s) wide
-        crop = np.empty((h, w, 3), np.uint8)
-        if _jpeg_crop.decode(data, crop, scale, x, y, w, h):
+        if (crop := decode_jpeg_box(data, scale, x, y, w, h)) is not None:
             return cv.resize(crop, out_h, out_w)
         pixels = cv.decode_jpeg(data, scale)
         if pixels is not None:
@@ -213,6 +212,13 @@ def decode_crop_resize(data: bytes, box_fn, out_w: int, out_h: int) -> np.ndarra
     x, y, w, h = box
     pixels = np.asarray(load_rgb(img or open_rgb_lazy(data)))
     return cv.resize(pixels[y : y + h, x : x + w], out_h, out_w)
+
+
+def decode_jpeg_box(data: bytes, scale: int, x: int, y: int, w: int, h: int) -> np.ndarray | None:
+    """Box (x, y, w, h) of the JPEG decoded at 1/scale, as uint8 (h, w, 3), decoding only that box (`_jpeg_crop`);
+    None for anything libjpeg reports (errors, damaged data, CMYK, a box outside the image)."""
+    crop = np.empty((h, w, 3), np.uint8)
+    return crop if _jpeg_crop.decode(data, crop, scale, x, y, w, h) else None
 
 
 def scaled_box(x, y, w, h, scale: int, width: int, height: int) -> tuple[int, int, int, int]:
