@@ -191,8 +191,9 @@ class RunCheckpointer:
             self.wait()
 
     def _check_space(self, step: int, state: Any) -> None:
-        """Local disks: a save that cannot fit stops the run before anything is written; one that fits but leaves
-        too little for the next is a warning. The size needed is the newest checkpoint's on disk (the state's bytes
+        """Local disks: a save that cannot fit stops the run before anything is written; one that fits but may leave
+        too little for the next is a warning, judged by the same rule plus one more headroom (the run's logs and
+        metrics on that disk grow between saves), so the stop never comes unwarned. The size needed is the newest checkpoint's on disk (the state's bytes
         before the first); other processes' shards of a shared disk are in that measure too."""
         if is_url(str(self.directory)) or jax.process_index() != 0:
             return
@@ -200,15 +201,16 @@ class RunCheckpointer:
         needed = _dir_bytes(self.directory / str(max(steps))) if steps else tree_nbytes(state)
         free = shutil.disk_usage(os.fspath(self.directory)).free
         mib = 2**20
-        if free < needed * (1 + SPACE_HEADROOM_FRACTION) + SPACE_HEADROOM_BYTES:
+        required = needed * (1 + SPACE_HEADROOM_FRACTION) + SPACE_HEADROOM_BYTES
+        if free < required:
             raise CheckpointSaveError(
                 f"could not write the checkpoint of step {step} in {self.directory}: OSError: [Errno "
                 f"{errno.ENOSPC}] {os.strerror(errno.ENOSPC)} ({free / mib:.1f} MiB free, a checkpoint takes "
                 f"{needed / mib:.1f} MiB); free space or lower checkpoint.keep, then rerun to resume")
         reclaimed = needed if self.keep and len(steps) + 1 > self.keep else 0  # Orbax then prunes the oldest
-        if free - needed + reclaimed < needed:
+        if free - needed + reclaimed < required + SPACE_HEADROOM_BYTES:
             print(f"warning: {free / mib:.1f} MiB free in {self.directory}: after the checkpoint of step {step} "
-                  f"({needed / mib:.1f} MiB) the next one will not fit", flush=True)
+                  f"({needed / mib:.1f} MiB) the next one may not fit", flush=True)
 
     def check(self) -> None:
         """Raises CheckpointSaveError if a background save has failed (cheap: call it every step)."""
