@@ -1,9 +1,12 @@
 """The ViT family: variants, parameter counts, options, and numerical equivalences of the execution paths."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from vit_jax.models import ViTConfig, parse_variant, vit_config
 from vit_jax.models import layers as L
@@ -221,3 +224,39 @@ def test_wrong_resolution_is_a_clear_error(tiny):
     cfg, params, _ = tiny
     with pytest.raises(ValueError, match="patch grid"):
         FunctionalViT(cfg).apply(params, jnp.zeros((1, 64, 64, 3)))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_dense_gradients_on_cpu_equal_autodiffs_einsum(dtype):
+    # On CPU, Linear's kernel gradient is computed as (dy^T @ x)^T (see layers._matmul_row_major_grads): the same
+    # values as the plain einsum's autodiff, for (B, T, in) inputs in either compute dtype.
+    x = jax.random.normal(jax.random.key(0), (3, 5, 16), dtype)
+    kernel = jax.random.normal(jax.random.key(1), (16, 24), dtype)
+    cot = jax.random.normal(jax.random.key(2), (3, 5, 24), dtype)
+    ours = jax.grad(lambda x, k: jnp.sum(L._cpu_dense(x, k).astype(jnp.float32) * cot), argnums=(0, 1))(x, kernel)
+    ref = jax.grad(lambda x, k: jnp.sum(L._dense(x, k).astype(jnp.float32) * cot), argnums=(0, 1))(x, kernel)
+    tol = 1e-5 if dtype == jnp.float32 else 2e-2
+    for a, b in zip(ours, ref):
+        assert a.dtype == b.dtype == dtype
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=tol, atol=tol)
+
+
+def test_dense_kernel_gradient_is_a_ynnpack_product_on_cpu_and_autodiffs_elsewhere():
+    # What the custom gradient is for: XLA:CPU hands the kernel gradient to YNNPACK (a fusion) rather than to Eigen
+    # (a bare dot, which is what the plain einsum's gradient compiles to). Lowered for another platform, Linear is
+    # the plain einsum.
+    layer = L.Linear(384, 1536, ("embed", "mlp"), kernel_init=L.zeros, param_dtype=jnp.float32,
+                     rngs=nnx.Rngs(0))
+    x = jnp.ones((2, 197, 384))
+
+    def grads(dense):
+        return jax.jit(jax.grad(lambda x, k: jnp.sum(dense(x, k) ** 2), argnums=1)).lower(x, layer.kernel[...])
+
+    def bare_dots(lowered):
+        return re.findall(r"^\s*(?:ROOT )?%\S+ = f32\[384,1536\]\S* dot\(", lowered.compile().as_text(), re.M)
+
+    assert bare_dots(grads(L._dense)), "the plain einsum's kernel gradient is no longer an Eigen dot: re-measure"
+    assert not bare_dots(grads(L._cpu_dense))
+    assert "__ynn_fusion" in grads(L._cpu_dense).compile().as_text()
+    tpu_text = jax.jit(lambda x: layer(x)).trace(x).lower(lowering_platforms=("tpu",)).as_text()
+    assert "optimization_barrier" not in tpu_text and "custom_vjp" not in tpu_text
