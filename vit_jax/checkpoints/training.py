@@ -193,8 +193,9 @@ class RunCheckpointer:
     def _check_space(self, step: int, state: Any) -> None:
         """Local disks: a save that cannot fit stops the run before anything is written; one that fits but may leave
         too little for the next is a warning, judged by the same rule plus one more headroom (the run's logs and
-        metrics on that disk grow between saves), so the stop never comes unwarned. The size needed is the newest checkpoint's on disk (the state's bytes
-        before the first); other processes' shards of a shared disk are in that measure too."""
+        metrics on that disk grow between saves), so the stop never comes unwarned. The size needed is the newest
+        checkpoint's on disk (the state's bytes before the first); other processes' shards of a shared disk are in
+        that measure too."""
         if is_url(str(self.directory)) or jax.process_index() != 0:
             return
         steps = self.manager.all_steps()
