@@ -17,7 +17,7 @@ JPEG_HEADERS := /usr/include/jpeglib.h
 
 .PHONY: demo test install clean slurm-packages jpeg-headers
 
-$(VENV)/.installed: setup.py vit_jax/data/_jpeg_crop.c | jpeg-headers
+$(VENV)/.installed: setup.py pyproject.toml vit_jax/data/_jpeg_crop.c vit_jax/models/_attention_cpu.cc | jpeg-headers
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "vit_jax needs Python >= 3.11 (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

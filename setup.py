@@ -41,6 +41,20 @@ INSTALL_REQUIRES = [
 JPEG_CROP = Extension("vit_jax.data._jpeg_crop", ["vit_jax/data/_jpeg_crop.c"], libraries=["jpeg"],
                       extra_compile_args=["-O2"])
 
+
+def _jaxlib_include() -> str:
+    import jaxlib  # a build requirement (pyproject.toml)
+
+    return str(Path(jaxlib.__file__).parent / "include")
+
+
+# The CPU attention kernel (vit_jax/models/_attention_cpu.cc, see vit_jax/models/attention_cpu.py): an XLA FFI handler
+# in C++ against jaxlib's FFI headers, compiled for this machine's vector instructions (it refuses to load on a CPU
+# that lacks them, and attention then stays on XLA's ops).
+ATTENTION_CPU = Extension("vit_jax.models._attention_cpu", ["vit_jax/models/_attention_cpu.cc"],
+                          include_dirs=[_jaxlib_include()], language="c++",
+                          extra_compile_args=["-O3", "-march=native", "-std=c++17", "-Wno-return-type"])
+
 setup(
     name="vit_jax",
     version=VERSION,
@@ -50,7 +64,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["vit_jax", "vit_jax.*"]),
     package_data={"vit_jax": ["resources/*", "resources/**/*"]},
-    ext_modules=[JPEG_CROP],
+    ext_modules=[JPEG_CROP, ATTENTION_CPU],
     install_requires=INSTALL_REQUIRES,
     extras_require={
         # jax[tpu] brings libtpu (0.0.42.x for jax 0.10.2): the TPU compiler that `vit-jax plan --topology` and the

@@ -48,6 +48,9 @@ def import_graph(package: pathlib.Path) -> dict[str, set[str]]:
     for path in package.rglob("*.py"):
         parts = path.relative_to(package.parent).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    # C/C++ extension modules (built from vit_jax/**/_name.c[c]) import nothing of the package, but they are modules.
+    extensions = {".".join(p.relative_to(package.parent).with_suffix("").parts)
+                  for p in package.rglob("*.c*") if p.suffix in (".c", ".cc")}
     graph = {}
     for name, path in modules.items():
         found = set()
@@ -56,7 +59,7 @@ def import_graph(package: pathlib.Path) -> dict[str, set[str]]:
                 found.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
                 assert not node.level, f"{path}: relative import (the package uses absolute imports)"
-                subs = {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
+                subs = {f"{node.module}.{a.name}" for a in node.names} & (modules.keys() | extensions)
                 found.update(subs if subs else {node.module})
         graph[name] = (found & modules.keys()) - {name}
     return graph

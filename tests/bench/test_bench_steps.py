@@ -13,7 +13,7 @@ TINY = ["--variant", "Ti/16", "--image-size", "16", "--patch", "8", "--width", "
         "--compile-cache"]
 
 
-def _check_consistent(r, batch, devices, flops_per_image):
+def _check_consistent(r, batch, devices, flops_per_image, attention):
     t = r["throughput"]
     median = r["timing"]["median"]
     assert t["step_time_s"] == median == sorted(r["timing"]["step_times_s"])[1]  # median of 3
@@ -31,7 +31,8 @@ def _check_consistent(r, batch, devices, flops_per_image):
     assert mem["available"] and mem["peak_estimate_bytes"] >= mem["argument_size_in_bytes"] > 0
     env = r["environment"]
     assert env["platform"] == "cpu" and env["jax"] and env["device_count"] == 8
-    assert r["attention_kernel"] == "xla"
+    assert env["cpu_attention_kernel_unavailable"] is None
+    assert r["attention_kernel"] == attention
 
 
 def test_bench_train_json(tmp_path):
@@ -46,7 +47,7 @@ def test_bench_train_json(tmp_path):
 
     cfg = vit_config("Ti/16", image_size=16, patch_size=8, width=32, depth=1, mlp_dim=64, num_heads=2, num_classes=10)
     assert r["model"]["flops_per_image"] == pytest.approx(vit_flops(cfg).train)
-    _check_consistent(r, 8, 4, r["model"]["flops_per_image"])
+    _check_consistent(r, 8, 4, r["model"]["flops_per_image"], "vit_jax_cpu")  # float32 on CPU: our kernel
     state = r["state_bytes_per_device"]
     assert 0 < state["params"] < state["opt_state"]  # Adam: two moments per parameter
     # Three steps from a zero-initialised head on 10 classes: the loss is still about ln(10) = 2.30, and finite.
@@ -55,15 +56,16 @@ def test_bench_train_json(tmp_path):
 
 def test_bench_eval_json(tmp_path):
     out = tmp_path / "eval.json"
-    assert bench_eval.main(TINY + ["--batch", "8", "--mesh", "1,1,1", "--json", str(out)]) == 0
+    assert bench_eval.main(TINY + ["--batch", "8", "--mesh", "1,1,1", "--cpu-attention", "xla",
+                                   "--json", str(out)]) == 0
     r = json.loads(out.read_text())
-    assert r["benchmark"] == "eval" and r["examples_counted"] == 8
+    assert r["benchmark"] == "eval" and r["examples_counted"] == 8 and r["args"]["cpu_attention"] == "xla"
     from vit_jax.models import vit_config
     from vit_jax.models.flops import vit_flops
 
     cfg = vit_config("Ti/16", image_size=16, patch_size=8, width=32, depth=1, mlp_dim=64, num_heads=2, num_classes=10)
     assert r["model"]["flops_per_image"] == pytest.approx(vit_flops(cfg).forward)
-    _check_consistent(r, 8, 1, r["model"]["flops_per_image"])
+    _check_consistent(r, 8, 1, r["model"]["flops_per_image"], "xla")  # asked for XLA's ops
 
 
 def test_compile_only_reports_compile_time_and_memory_without_running(tmp_path):

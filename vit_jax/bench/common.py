@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
+from vit_jax.models import attention_cpu
 from vit_jax.models.config import DTYPES, REMAT_POLICIES
 from vit_jax.train.metrics import CPU_REFERENCE_N, MatmulReference, cpu_seconds
 
@@ -54,6 +55,8 @@ def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 
     p.add_argument("--global-blocks", type=lambda s: tuple(int(x) for x in s.split(",") if x), default=(),
                    help="blocks that stay global with --window-size, e.g. 2,5,8,11 (SAM-B)")
     p.add_argument("--rel-pos", action="store_true", help="decomposed relative position bias in every block")
+    p.add_argument("--cpu-attention", choices=("kernel", "xla"), default="kernel",
+                   help="CPU float32 attention: vit_jax's kernel (the default) or XLA's own ops, to compare")
     p.add_argument("--compile-cache", action="store_true",
                    help="use the persistent compilation cache (off by default so compile times are real)")
     p.add_argument("--reference-n", type=int, default=CPU_REFERENCE_N,
@@ -293,8 +296,11 @@ def device_memory_stats(device=None) -> dict[str, Any] | None:
 
 
 def attention_kernel(hlo_text: str) -> str:
-    """Which attention the compiled step uses: cuDNN's fused kernel (a custom call) or XLA's own ops."""
-    return "cudnn" if "cudnn$fmha" in hlo_text or "__cudnn$fmha" in hlo_text else "xla"
+    """Which attention the compiled step uses: cuDNN's fused kernel or vit_jax's CPU kernel (custom calls), or XLA's
+    own ops."""
+    if "cudnn$fmha" in hlo_text:
+        return "cudnn"
+    return "vit_jax_cpu" if attention_cpu.FORWARD_TARGET in hlo_text else "xla"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -337,6 +343,7 @@ def environment() -> dict[str, Any]:
         "optax": version("optax"),
         "numpy": version("numpy"),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "cpu_attention_kernel_unavailable": attention_cpu.UNAVAILABLE,
         "hostname": platform.node(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -400,7 +407,8 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
     import jax
 
     env = environment()
-    with compilation_cache(args.compile_cache):
+    xla_attention = attention_cpu.xla_ops() if args.cpu_attention == "xla" else contextlib.nullcontext()
+    with compilation_cache(args.compile_cache), xla_attention:
         t = time.perf_counter()
         lowered = lowered_fn()
         lower_s = time.perf_counter() - t

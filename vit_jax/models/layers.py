@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vit_jax.models import attention_cpu
 from vit_jax.models import windows as W
 from vit_jax.models.sharding_hints import constrain
 
@@ -244,10 +245,17 @@ def _attention_heads_first(q, k, v) -> jax.Array:
 
     On NVIDIA GPUs in 16-bit: cuDNN's fused flash-attention kernel (JAX's default implementation is XLA's own ops on
     every platform, which on a GPU materialises the (B, heads, T, T) logits; shapes, dtypes or cuDNN versions the
-    kernel rejects while tracing fall back). Elsewhere: XLA's ops, written in this layout because it is the one the
-    batched matmuls want: on CPU that saves transposes of q, k, v and the output in both passes (~8% of a ViT-S/16
-    train step). Logits and softmax are float32 whatever the compute dtype, as in `jax.nn.dot_product_attention`.
+    kernel rejects while tracing fall back). On CPU in float32: this package's kernel (`attention_cpu`), chosen when
+    lowering. Elsewhere: XLA's ops, written in this layout because it is the one the batched matmuls want: on CPU that
+    saves transposes of q, k, v and the output in both passes (~8% of a ViT-S/16 train step). Logits and softmax are
+    float32 whatever the compute dtype, as in `jax.nn.dot_product_attention`.
     """
+    if q.dtype == k.dtype == v.dtype == jnp.float32 and k.shape == v.shape and attention_cpu.enabled():
+        return jax.lax.platform_dependent(q, k, v, cpu=attention_cpu.attention, default=_xla_attention)
+    return _xla_attention(q, k, v)
+
+
+def _xla_attention(q, k, v) -> jax.Array:
     half = q.dtype in (jnp.bfloat16, jnp.float16)
     if half and jax.default_backend() == "gpu":
         try:
