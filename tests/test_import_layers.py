@@ -50,7 +50,7 @@ def import_graph(package: pathlib.Path) -> dict[str, set[str]]:
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     # C/C++ extension modules (built from vit_jax/**/_name.c[c]) import nothing of the package, but they are modules.
     extensions = {".".join(p.relative_to(package.parent).with_suffix("").parts)
-                  for p in package.rglob("*.c*") if p.suffix in (".c", ".cc")}
+                  for pattern in ("*.c", "*.cc") for p in package.rglob(pattern)}
     graph = {}
     for name, path in modules.items():
         found = set()

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -47,6 +46,9 @@ constexpr int kMaxRows = 3;
 // x - 0 is x for every float, so the compiler folds the subtraction away (x + 0 is not: -0 + 0 = +0).
 inline vf splat(float x) { return x - vf{}; }
 
+inline vf load(const float* x) { return *reinterpret_cast<const vf*>(x); }
+inline void store(float* x, vf v) { *reinterpret_cast<vf*>(x) = v; }
+
 // One tile: C[mr, ncols] = alpha * sum_k A[r, k] * Bp[k, :], Bp packed with `NV` vectors per k.
 template <int MR, int NV>
 void tile(int K, const float* a, int64_t sai, int64_t sak, const float* bp, float* c, int64_t ldc, int ncols,
@@ -56,7 +58,7 @@ void tile(int K, const float* a, int64_t sai, int64_t sak, const float* bp, floa
     for (int v = 0; v < NV; ++v) acc[r][v] = vf{};
   for (int k = 0; k < K; ++k) {
     vf b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = *reinterpret_cast<const vf*>(bp + (int64_t)k * NV * kLanes + v * kLanes);
+    for (int v = 0; v < NV; ++v) b[v] = load(bp + (int64_t)k * NV * kLanes + v * kLanes);
     const float* ak = a + k * sak;
     for (int r = 0; r < MR; ++r) {
       vf x = splat(ak[r * sai]);
@@ -67,10 +69,10 @@ void tile(int K, const float* a, int64_t sai, int64_t sak, const float* bp, floa
   for (int r = 0; r < MR; ++r) {
     float* cr = c + r * ldc;
     if (ncols == NV * kLanes) {
-      for (int v = 0; v < NV; ++v) *reinterpret_cast<vf*>(cr + v * kLanes) = acc[r][v] * s;
+      for (int v = 0; v < NV; ++v) store(cr + v * kLanes, acc[r][v] * s);
     } else {
       float tmp[NV * kLanes];
-      for (int v = 0; v < NV; ++v) *reinterpret_cast<vf*>(tmp + v * kLanes) = acc[r][v] * s;
+      for (int v = 0; v < NV; ++v) store(tmp + v * kLanes, acc[r][v] * s);
       std::memcpy(cr, tmp, ncols * sizeof(float));
     }
   }
@@ -88,7 +90,9 @@ constexpr auto kTiles2 = tile_table<2>(std::make_integer_sequence<int, kMaxRows>
 // Panels of B's columns: 32 wide, the last one 16 wide when at most 16 columns remain.
 inline int panel_width(int n0, int N) { return N - n0 > kLanes ? 2 * kLanes : kLanes; }
 
-inline int64_t packed_size(int K, int N) { return (int64_t)K * ((N + 2 * kLanes - 1) / (2 * kLanes) + 1) * 2 * kLanes; }
+inline int64_t packed_size(int K, int N) {
+  return (int64_t)K * ((N + 2 * kLanes - 1) / (2 * kLanes) + 1) * 2 * kLanes;
+}
 
 // C[M, N] = alpha * A B, with A[i, k] = a[i * sai + k * sak] and B[k, n] = b[k * sbk + n * sbn]; `pack` holds
 // packed_size(K, N) floats.
@@ -139,9 +143,6 @@ inline vf exp_nonpositive(vf x) {
   vf y = p * scale;
   return x < splat(-87.0f) ? vf{} : y;
 }
-
-inline vf load(const float* x) { return *reinterpret_cast<const vf*>(x); }
-inline void store(float* x, vf v) { *reinterpret_cast<vf*>(x) = v; }
 
 inline float sum_lanes(vf x) {
   float total = 0.0f;
