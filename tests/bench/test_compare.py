@@ -1,9 +1,13 @@
 """`bench train --compare PEER` (#17): peers run interleaved with our steps, the ratio is theirs over ours, and a peer
-that is not installed is reported as such instead of failing the benchmark."""
+that is not installed is reported as such instead of failing the benchmark. By default a peer runs in a process of its
+own, without vit_jax's process tuning."""
 
+import importlib
 import json
+import os
 import statistics
 import sys
+import textwrap
 import time
 
 import pytest
@@ -46,7 +50,7 @@ def test_a_peer_is_timed_interleaved_and_its_ratio_reported(tmp_path, monkeypatc
 
     monkeypatch.setitem(peers.PEERS, "sleeper", sleeper)
     out = tmp_path / "compare.json"
-    assert bench_train.main([*TINY, "--compare", "sleeper", "--json", str(out)]) == 0
+    assert bench_train.main([*TINY, "--compare", "sleeper", "--peer-process", "shared", "--json", str(out)]) == 0
     assert built == [(32, 1, "adamw", 4)]  # built once, for the benchmarked model, optimizer and batch
     r = json.loads(out.read_text())
     c = r["compare"]["sleeper"]
@@ -60,13 +64,75 @@ def test_peers_not_installed_are_reported_not_fatal(tmp_path, monkeypatch, capsy
     monkeypatch.setitem(sys.modules, "timm", None)  # `import timm` now raises ImportError, as on a machine without it
     monkeypatch.setitem(sys.modules, "big_vision", None)
     out = tmp_path / "missing.json"
-    assert bench_train.main([*TINY, "--compare", "timm", "--compare", "big_vision", "--json", str(out)]) == 0
+    assert bench_train.main([*TINY, "--compare", "timm", "--compare", "big_vision", "--peer-process", "shared",
+                             "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert not r["compare"]["timm"]["available"] and "pip install torch timm" in r["compare"]["timm"]["reason"]
     assert not r["compare"]["big_vision"]["available"] and "PYTHONPATH" in r["compare"]["big_vision"]["reason"]
     assert r["throughput"]["images_per_s"] > 0  # ours is still timed
     printed = capsys.readouterr().out
     assert "--compare timm: not installed here" in printed and "--compare big_vision: not installed here" in printed
+
+
+# Peers for the own-process tests: a module the peer's process can import (tmp_path on its PYTHONPATH).
+PROBE = textwrap.dedent("""
+    import os, time
+    from vit_jax.bench import peers
+
+    def probe(model_cfg, optimizer_cfg, batch):
+        import jax
+        dispatch = "async" if jax.config.read('jax_cpu_enable_async_dispatch') else "sync"
+        print("frameworks may print")  # must not disturb the protocol
+        return peers.Peer("probe", f"pid {os.getpid()}, {dispatch} dispatch, width {model_cfg.width}, "
+                                   f"lr {optimizer_cfg.lr}, batch {batch}", lambda: time.sleep(0.05), 7)
+
+    def missing(model_cfg, optimizer_cfg, batch):
+        raise peers.PeerUnavailable("probe is not installed here")
+
+    def crashing(model_cfg, optimizer_cfg, batch):
+        raise ValueError("the peer failed to build")
+""")
+
+
+@pytest.fixture
+def probe_module(tmp_path, monkeypatch):
+    (tmp_path / "probe_peer.py").write_text(PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    module = importlib.import_module("probe_peer")
+    for name in ("probe", "missing"):
+        monkeypatch.setitem(peers.PEERS, name, getattr(module, name))
+    return module
+
+
+def test_a_peer_runs_in_its_own_process_with_its_frameworks_defaults(tmp_path, probe_module):
+    """The default: the peer is built and stepped in a child process that has none of vit_jax's tuning (JAX's CPU
+    dispatch stays asynchronous there while ours is synchronous), still interleaved, and the child is gone after."""
+    import jax
+
+    out = tmp_path / "own.json"
+    assert bench_train.main([*TINY, "--compare", "probe", "--compare", "missing", "--json", str(out)]) == 0
+    assert not jax.config.read("jax_cpu_enable_async_dispatch")  # the benchmark's own process is tuned
+    r = json.loads(out.read_text())
+    c = r["compare"]["probe"]
+    assert c["process"] == "own" and c["params"] == 7 and min(c["step_times_s"]) >= 0.05
+    pid = int(c["description"].split(",")[0].removeprefix("pid "))
+    assert pid != os.getpid()
+    assert c["description"].endswith("async dispatch, width 32, lr 0.001, batch 4")
+    usage = c["process_usage_per_step"]  # the warm-up step, then the 3 timed ones
+    assert len(usage) == 4 and all(set(u) == {"user_s", "system_s", "minor_faults"} for u in usage)
+    with pytest.raises(ProcessLookupError):  # closed and reaped when the benchmark ended
+        os.kill(pid, 0)
+    assert r["compare"]["missing"] == {"available": False, "reason": "probe is not installed here"}
+
+
+def test_a_peer_process_that_fails_is_a_clear_error(probe_module):
+    from vit_jax.models import vit_config
+    from vit_jax.train.config import default_config
+
+    cfg = vit_config("Ti/16", image_size=16, patch_size=8, width=32, depth=1, mlp_dim=64, num_heads=2, num_classes=10)
+    with pytest.raises(RuntimeError, match="peer process for crashing exited with code 1"):
+        peers.own_process(probe_module.crashing, cfg, default_config().optimizer, 2)
 
 
 def test_compare_refuses_what_the_peers_do_not_run(tmp_path):

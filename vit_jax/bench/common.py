@@ -212,10 +212,13 @@ def comparison_report(loop: dict[str, Any], batch: int, peers: Sequence[Any],
         times = loop["peer_times_s"][peer.name]
         paired = [p / s for p, s in zip(times, ours)]  # peer time / our time of the same round
         out[peer.name] = {"available": True, "description": peer.description, "params": peer.params,
+                          "process": peer.process,
                           "timing": summarize(times),
                           "step_times_s": times, "images_per_s": batch / statistics.median(times),
                           "speed_ratio": statistics.median(times) / statistics.median(ours),
                           "paired_speed_ratios": paired, "paired_speed_ratio_median": statistics.median(paired)}
+        if peer.usage:  # in its own process: what each of its steps cost that process (warm-up steps first)
+            out[peer.name]["process_usage_per_step"] = peer.usage
     for name, reason in unavailable.items():
         out[name] = {"available": False, "reason": reason}
     return out
@@ -466,8 +469,8 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
     print(line, flush=True)
     for name, peer in result.get("compare", {}).items():
         if peer["available"]:
-            print(f"[bench {kind}] {name} ({peer['description']}): step {peer['timing']['median'] * 1e3:.1f} ms, "
-                  f"{peer['images_per_s']:.1f} img/s; vit_jax is {peer['speed_ratio']:.2f}x {name} (paired median "
+            print(f"[bench {kind}] {name} ({peer['description']}; {peer['process']} process): step "
+                  f"{peer['timing']['median'] * 1e3:.1f} ms, {peer['images_per_s']:.1f} img/s; vit_jax is {peer['speed_ratio']:.2f}x {name} (paired median "
                   f"{peer['paired_speed_ratio_median']:.2f}x)", flush=True)
         else:
             print(f"[bench {kind}] --compare {name}: not installed here, so not timed: {peer['reason']}", flush=True)

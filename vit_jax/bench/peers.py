@@ -1,4 +1,4 @@
-"""The other frameworks' train steps that `vit-jax bench train --compare` times beside ours, in the same process.
+"""The other frameworks' train steps that `vit-jax bench train --compare` times beside ours, interleaved.
 
 A peer is built for the benchmarked model (same width, depth, heads, MLP, patch, image size, classes and pooling), the
 same batch of images in [-1, 1] and the same update: softmax cross-entropy, global-norm clipping, AdamW with the
@@ -10,13 +10,22 @@ default config's hyper-parameters, fp32. Neither peer is a dependency of vit_jax
   trainer does, on the same JAX. It is not on PyPI: clone the repository and put its root on PYTHONPATH.
 
 A peer that cannot be imported is reported as such (the benchmark then times vit_jax alone).
+
+By default each peer runs in a process of its own (`own_process`), started with the user's environment and none of
+vit_jax's process tuning, so it is timed as its own users run it; `--peer-process shared` builds it in our process.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import json
 import os
+import resource
+import subprocess
+import sys
+import types
 from typing import Callable
 
 
@@ -26,6 +35,10 @@ class Peer:
     description: str  # versions and settings, for the report
     step: Callable[[], None]  # one train step, blocking until it is done
     params: int  # the peer model's parameter count: equal to ours when it is the same model
+    process: str = "shared"  # "shared": stepped in the benchmark's process; "own": in a process of its own
+    close: Callable[[], None] = lambda: None  # ends the peer's process, if it has one
+    # In its own process: the process's CPU seconds (user, system) and minor page faults of each step, as it reports.
+    usage: list[dict[str, float]] = dataclasses.field(default_factory=list)
 
 
 class PeerUnavailable(Exception):
@@ -120,3 +133,88 @@ def _version(module: str) -> str:
 
 
 PEERS: dict[str, Callable[..., Peer]] = {"timm": timm_peer, "big_vision": big_vision_peer}
+
+# What a peer reads of the model and optimizer configs: all that crosses to a peer's own process.
+_MODEL_FIELDS = ("resnet_layers", "window_size", "rel_pos", "pool", "image_size", "patch_size", "num_classes", "width",
+                 "depth", "num_heads", "mlp_dim")
+_OPTIMIZER_FIELDS = ("lr", "b1", "b2", "eps", "weight_decay", "grad_clip_norm")
+
+
+def own_process(factory: Callable[..., Peer], model_cfg, optimizer_cfg, batch: int) -> Peer:
+    """`factory`'s peer, built and stepped in a process of its own; its `step()` still blocks until that step is done,
+    so the steps stay interleaved with ours.
+
+    Why: runtime.configure_jax tunes glibc malloc and makes JAX's CPU dispatch synchronous for the whole process, and
+    a peer stepped in our process gets both for free. That is not the step its users run: on ViT-S/16, batch 32
+    (2026-12-05, 2 cores), big_vision's step took 5.6-5.8 s in our process against 7.8-8.3 s in a process of its own
+    (6.9-7.5 s alone; 1.4M page faults a step: its temporaries mapped afresh each time), timm's 5.2-5.4 s against
+    5.5-5.7 s.
+    The child gets this process's environment (the user's, plus settings that only vit_jax reads) and imports no
+    vit_jax module that tunes it. Protocol: the child prints one JSON line (the peer's description and parameter
+    count, or why it is unavailable), then answers each "step" line on its stdin, once the step is done, with a JSON
+    line of what the step cost the process (getrusage).
+    """
+    _check_comparable(model_cfg)
+    spec = {"factory": f"{factory.__module__}:{factory.__qualname__}", "batch": batch,
+            "model": {k: getattr(model_cfg, k) for k in _MODEL_FIELDS},
+            "optimizer": {k: getattr(optimizer_cfg, k) for k in _OPTIMIZER_FIELDS}}
+    serve = "import sys; from vit_jax.bench.peers import _serve; sys.exit(_serve(sys.argv[1]))"
+    proc = subprocess.Popen([sys.executable, "-c", serve, json.dumps(spec)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)  # its stderr is ours: its errors show up as they happen
+
+    def read() -> str:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the peer process for {factory.__name__} exited with code {proc.wait()} (its error is "
+                               "printed above)")
+        return line
+
+    usage: list[dict[str, float]] = []
+
+    def step() -> None:
+        proc.stdin.write("step\n")
+        proc.stdin.flush()
+        usage.append(json.loads(read()))
+
+    def close() -> None:
+        proc.stdin.close()  # the child exits at the end of its input
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    try:
+        hello = json.loads(read())
+    except BaseException:
+        close()
+        raise
+    if "unavailable" in hello:
+        close()
+        raise PeerUnavailable(hello["unavailable"])
+    return Peer(hello["name"], hello["description"], step, hello["params"], "own", close, usage)
+
+
+def _serve(spec_json: str) -> int:
+    """The peer's own process (own_process): build the peer, then one step per "step" line until the input ends."""
+    channel = os.fdopen(os.dup(1), "w", buffering=1)  # the protocol's own copy of stdout;
+    os.dup2(2, 1)  # whatever the frameworks print goes to stderr
+    sys.stdout = sys.stderr
+    spec = json.loads(spec_json)
+    module, name = spec["factory"].split(":")
+    factory = getattr(importlib.import_module(module), name)
+    try:
+        peer = factory(types.SimpleNamespace(**spec["model"]), types.SimpleNamespace(**spec["optimizer"]), spec["batch"])
+    except PeerUnavailable as e:
+        channel.write(json.dumps({"unavailable": str(e)}) + "\n")
+        return 0
+    channel.write(json.dumps({"name": peer.name, "description": peer.description, "params": peer.params}) + "\n")
+    for line in sys.stdin:
+        if line.strip() == "step":
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            peer.step()
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            channel.write(json.dumps({"user_s": after.ru_utime - before.ru_utime,
+                                      "system_s": after.ru_stime - before.ru_stime,
+                                      "minor_faults": after.ru_minflt - before.ru_minflt}) + "\n")
+    return 0

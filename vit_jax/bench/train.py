@@ -9,13 +9,15 @@ and peak memory (XLA's memory analysis of the compiled step; the runtime's count
     vit-jax bench train --variant B/16 --batch 1024 --dtype bfloat16 --json b16.json      # on a GPU/TPU
     vit-jax bench train --variant S/16 --batch 32 --mesh 1,1,1 --compare timm --compare big_vision
 
---compare PEER times another framework's same step (bench/peers.py) interleaved with ours in this process and reports
-our speed relative to it; a peer that is not installed is reported as such.
+--compare PEER times another framework's same step (bench/peers.py) interleaved with ours and reports our speed relative
+to it; a peer that is not installed is reported as such. Each peer runs in a process of its own, as its users run it
+(--peer-process shared: in this one, where it shares vit_jax's process tuning).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from typing import Any
 
@@ -31,6 +33,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--micro-batches", type=int, default=1)
     p.add_argument("--compare", action="append", default=[], choices=sorted(peers.PEERS),
                    help="also time this framework's same step, interleaved (repeatable; not a dependency)")
+    p.add_argument("--peer-process", choices=("own", "shared"), default="own",
+                   help="own: each peer in a process of its own, with its framework's defaults; shared: in this "
+                        "process, with vit_jax's malloc and dispatch settings")
     return p.parse_args(argv)
 
 
@@ -64,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     compared, unavailable = [], {}
     for name in dict.fromkeys([] if args.compile_only else args.compare):
         try:
-            compared.append(peers.PEERS[name](program.model_cfg, program.config.optimizer, args.batch))
+            factory = peers.PEERS[name]
+            build = functools.partial(peers.own_process, factory) if args.peer_process == "own" else factory
+            compared.append(build(program.model_cfg, program.config.optimizer, args.batch))
         except peers.PeerUnavailable as e:
             unavailable[name] = str(e)
     spec = program.batch_spec(args.batch)
@@ -82,9 +89,13 @@ def main(argv: list[str] | None = None) -> int:
              "state_bytes_per_device": {
                  "params": common.tree_bytes_per_device(program.abstract_state["params"]),
                  "opt_state": common.tree_bytes_per_device(program.abstract_state["opt_state"])}}
-    result = common.measure("train", "vit-jax bench train", argv, args, program,
-                            lambda: program.train_step.lower(program.abstract_state, spec), run_step,
-                            program.flops_per_image, extra, compared, unavailable)
+    try:
+        result = common.measure("train", "vit-jax bench train", argv, args, program,
+                                lambda: program.train_step.lower(program.abstract_state, spec), run_step,
+                                program.flops_per_image, extra, compared, unavailable)
+    finally:
+        for peer in compared:
+            peer.close()
     if not args.compile_only:
         result["final_loss"] = float(box["loss"])
         common.write_json(args.json, result)
