@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -179,16 +180,17 @@ def timed_loop(run_step: Callable[[], Any], steps: int, reference: MatmulReferen
     the two matmuls around it (same contention); the ratio's median is then robust to load changing during the run.
     Each peer (bench/peers.py) runs its own step right after each of ours, so the two see the same load.
     """
-    step_wall, step_cpu, ref_wall, ref_cpu = [], [], [], []
+    step_wall, step_cpu, step_faults, ref_wall, ref_cpu = [], [], [], [], []
     peer_wall: dict[str, list[float]] = {p.name: [] for p in peers}
     if reference:
         w, c = reference.time()
         ref_wall.append(w), ref_cpu.append(c)
     for _ in range(steps):
-        wall, cpu = time.perf_counter(), cpu_seconds()
+        wall, cpu, faults = time.perf_counter(), cpu_seconds(), _minor_faults()
         run_step()
         step_wall.append(time.perf_counter() - wall)
         step_cpu.append(cpu_seconds() - cpu)
+        step_faults.append(_minor_faults() - faults)
         for peer in peers:
             wall = time.perf_counter()
             peer.step()
@@ -196,11 +198,17 @@ def timed_loop(run_step: Callable[[], Any], steps: int, reference: MatmulReferen
         if reference:
             w, c = reference.time()
             ref_wall.append(w), ref_cpu.append(c)
-    out: dict[str, Any] = {"step_times_s": step_wall, "step_cpu_s": step_cpu, "peer_times_s": peer_wall}
+    out: dict[str, Any] = {"step_times_s": step_wall, "step_cpu_s": step_cpu, "step_minor_faults": step_faults,
+                           "peer_times_s": peer_wall}
     if reference:
         out["reference_times_s"] = ref_wall
         out["reference_cpu_s"] = ref_cpu
     return out
+
+
+def _minor_faults() -> int:
+    """This process's minor page faults so far: a step that maps its temporaries afresh faults them in every time."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def comparison_report(loop: dict[str, Any], batch: int, peers: Sequence[Any],
@@ -448,7 +456,7 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
         "environment": env,
         "compile": {"lower_s": lower_s, "compile_s": compile_s, "total_s": lower_s + compile_s},
         "timing": {**summarize(loop["step_times_s"]), "step_times_s": loop["step_times_s"],
-                   "step_cpu_s": loop["step_cpu_s"]},
+                   "step_cpu_s": loop["step_cpu_s"], "step_minor_faults": loop["step_minor_faults"]},
         "throughput": throughput(median, args.batch, flops_per_image, peak or float("nan"), n_dev),
         "peak_source": source,
         "cpu_reference": ref,
