@@ -478,8 +478,9 @@ def measure(kind: str, prog: str, argv: Sequence[str], args: argparse.Namespace,
     for name, peer in result.get("compare", {}).items():
         if peer["available"]:
             print(f"[bench {kind}] {name} ({peer['description']}; {peer['process']} process): step "
-                  f"{peer['timing']['median'] * 1e3:.1f} ms, {peer['images_per_s']:.1f} img/s; vit_jax is {peer['speed_ratio']:.2f}x {name} (paired median "
-                  f"{peer['paired_speed_ratio_median']:.2f}x)", flush=True)
+                  f"{peer['timing']['median'] * 1e3:.1f} ms, {peer['images_per_s']:.1f} img/s; vit_jax is "
+                  f"{peer['speed_ratio']:.2f}x {name} (paired median {peer['paired_speed_ratio_median']:.2f}x)",
+                  flush=True)
         else:
             print(f"[bench {kind}] --compare {name}: not installed here, so not timed: {peer['reason']}", flush=True)
     return result
