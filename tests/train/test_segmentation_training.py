@@ -15,6 +15,9 @@ from vit_jax.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
+# A clear margin: the trained mIoU must be this many times the all-background prediction's on the same mosaics.
+BACKGROUND_MARGIN = 4.0
+
 
 def load_config(name: str, arg=None):
     spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
@@ -24,28 +27,47 @@ def load_config(name: str, arg=None):
 
 
 def tiny_seg_config(data_dir: str, **overrides):
-    """configs/demo_seg.py at width 64, depth 2, for 6 steps, evaluated on 100 test mosaics."""
+    """configs/demo_seg.py at width 64, depth 2, for 60 steps at a peak learning rate of 5e-3, evaluated at steps 30
+    and 60 on 100 test mosaics. Fewer steps learn only the background (the most pixels): 6 steps or 40 at the demo's
+    2e-3 score exactly the all-background prediction; 60 at 5e-3 reach ~57% mIoU (that prediction: 6.6%)."""
     c = load_config("demo_seg")
     return apply_overrides(c, {
-        "data.data_dir": data_dir, "total_epochs": 0.0, "total_steps": 6, "batch_size": 16, "log_every_steps": 1,
+        "data.data_dir": data_dir, "total_epochs": 0.0, "total_steps": 60, "batch_size": 16, "log_every_steps": 1,
         "model.width": 64, "model.depth": 2, "model.mlp_dim": 128, "model.num_heads": 2,
-        "optimizer.warmup_epochs": 0.0, "optimizer.warmup_steps": 1, "eval.every_epochs": 0.0,
-        "eval.every_steps": 3, "eval.batch_size": 64, "checkpoint.every_epochs": 0.0,
+        "optimizer.lr": 5e-3, "optimizer.warmup_epochs": 0.0, "optimizer.warmup_steps": 1,
+        "eval.every_epochs": 0.0, "eval.every_steps": 30, "eval.batch_size": 64, "checkpoint.every_epochs": 0.0,
         "data.eval_split": "test[:100]", **overrides})
+
+
+def all_background_metrics(data_dir: str, split: str) -> dict:
+    """mIoU and pixel accuracy of predicting background (class 0) at every pixel of `split`'s label maps: what a
+    model that learned only the majority class scores on the same data."""
+    from vit_jax.data import datasets, pp
+    from vit_jax.eval.segmentation import metrics_from_confusion
+
+    source = datasets.open_dataset("digits_mosaic", data_dir=data_dir, prepare=False).source(split)
+    decode = pp.build("decode|decode_mask")
+    confusion = np.zeros((11, 11))  # row = true class, column = predicted (all in column 0)
+    for i in range(len(source)):
+        labels = decode(dict(source[i]), np.random.default_rng(0))["segmentation"]
+        confusion[:, 0] += np.bincount(labels.ravel(), minlength=11)
+    return metrics_from_confusion(confusion)
 
 
 def test_segmentation_trains_and_writes_miou_to_the_summary(tmp_path, mosaic_data_dir):
     summary = Trainer(tiny_seg_config(mosaic_data_dir), str(tmp_path / "run")).train()
-    assert summary["status"] == "finished" and summary["steps"] == 6 and summary["skipped_steps"] == 0
+    assert summary["status"] == "finished" and summary["steps"] == 60 and summary["skipped_steps"] == 0
     on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
     final = on_disk["final"]
     assert final["eval/count"] == 100
-    assert 0.0 < final["eval/miou"] <= 1.0 and 0.0 < final["eval/pixel_acc"] <= 1.0
-    # Six steps learn the background (most pixels) first.
-    assert final["eval/pixel_acc"] > 0.5
-    assert on_disk["best"]["eval/miou"] >= final["eval/miou"] and on_disk["best"]["step"] in (3, 6)
+    # The digits are learned, not only the background: an all-background prediction of the same 100 mosaics scores
+    # its background fraction in pixel accuracy and ~1/11 of that in mIoU (0 IoU for every digit class).
+    background = all_background_metrics(mosaic_data_dir, "test[:100]")
+    assert final["eval/miou"] > BACKGROUND_MARGIN * background["miou"]
+    assert final["eval/pixel_acc"] > background["pixel_acc"]
+    assert on_disk["best"]["eval/miou"] >= final["eval/miou"] and on_disk["best"]["step"] in (30, 60)
     rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
-    assert [r["step"] for r in rows if "eval/miou" in r] == [3, 6]
+    assert [r["step"] for r in rows if "eval/miou" in r] == [30, 60]
     losses = [r["train/loss"] for r in rows if "train/loss" in r]
     assert np.isfinite(losses).all() and losses[0] == pytest.approx(np.log(11), rel=0.05)  # zero head: uniform
     assert on_disk["compute"]["train_flops_per_image"] > 0
