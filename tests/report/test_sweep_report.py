@@ -70,7 +70,7 @@ def test_frontier_function_on_known_points():
 
 
 def test_report_marks_frontier_sorts_by_compute_and_writes_files(sweep_root, capsys):
-    assert cli.main(["report", str(sweep_root)]) == 0
+    assert cli.main(["report", str(sweep_root), "--bootstrap", "10"]) == 0
     out = sweep_root / "report"
     for name in ("pareto.png", "curves.png", "report.md", "report.html", "results.csv"):
         assert (out / name).stat().st_size > 0, name
@@ -88,18 +88,19 @@ def test_report_marks_frontier_sorts_by_compute_and_writes_files(sweep_root, cap
     md = (out / "report.md").read_text()
     assert "![pareto](pareto.png)" in md and "| * | sweep | ViT-best |" in md
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 2  # figures embedded, the page stands alone
+    assert html.count("data:image/png;base64,") == 3  # figures embedded, the page stands alone
 
 
 def test_selected_metric_decides_the_frontier(sweep_root):
-    assert cli.main(["report", str(sweep_root), "--metric", "fewshot/digits/5shot", "--progress", "epochs"]) == 0
+    assert cli.main(["report", str(sweep_root), "--bootstrap", "10", "--metric", "fewshot/digits/5shot",
+                     "--progress", "epochs"]) == 0
     rows = read_csv(sweep_root / "report" / "results.csv")
     assert list(rows[0])[11] == "fewshot/digits/5shot [%]"  # the chosen metric is the first accuracy column
     assert {r["run"] for r in rows if r["pareto"] == "*"} == FEWSHOT_FRONTIER
 
 
 def test_compare_paper_adds_table6_rows(sweep_root):
-    assert cli.main(["report", str(sweep_root), "--compare-paper"]) == 0
+    assert cli.main(["report", str(sweep_root), "--bootstrap", "10", "--compare-paper"]) == 0
     rows = read_csv(sweep_root / "report" / "results.csv")
     paper = [r for r in rows if r["source"] == "paper"]
     assert len(paper) == len(paper_rows()) == 18
@@ -119,7 +120,7 @@ def test_partial_and_missing_runs_are_reported_not_fatal(sweep_root):
     broken.mkdir()
     (broken / "metrics.jsonl").write_text('{"step": 10, "eval/top1": 0.5}\n{"step": 2')  # cut short
     (sweep_root / "sweep.json").write_text(json.dumps({"runs": [{"name": "never-started"}, {"name": "cheap"}]}))
-    assert cli.main(["report", str(sweep_root)]) == 0
+    assert cli.main(["report", str(sweep_root), "--bootstrap", "10"]) == 0
     rows = read_csv(sweep_root / "report" / "results.csv")
     assert "still-running" not in {r["run"] for r in rows}  # unfinished: not in the table or the frontier
     assert {r["run"] for r in rows if r["pareto"] == "*"} == FRONTIER
@@ -139,7 +140,7 @@ def test_device_time_column_is_tpu_core_days_when_every_run_reports_them(sweep_r
         summary = json.loads(summary_path.read_text())
         summary["compute"]["tpu_v3_core_days"] = summary["compute"]["exaflops"] * 3
         summary_path.write_text(json.dumps(summary))
-    assert cli.main(["report", str(sweep_root)]) == 0
+    assert cli.main(["report", str(sweep_root), "--bootstrap", "10"]) == 0
     rows = read_csv(sweep_root / "report" / "results.csv")
     assert next(r for r in rows if r["run"] == "best")["TPUv3-core-days"] == "30"
 
@@ -188,7 +189,7 @@ def test_finetuned_accuracy_is_plotted_against_pretraining_compute(sweep_root, t
             init = str(sweep_root / run) + ("", "/checkpoints", "/checkpoints/100")[i]
             write_finetune_run(ft, f"{run},lr{i}", init, top1)
     write_finetune_run(ft, "from-an-npz", "/data/ViT-B_16.npz", 0.99)  # not from this sweep: ignored
-    assert cli.main(["report", str(sweep_root), "--finetune-root", str(ft),
+    assert cli.main(["report", str(sweep_root), "--bootstrap", "10", "--finetune-root", str(ft),
                      "--metric", "finetune/cifar10/top1"]) == 0
     rows = {r["run"]: r for r in read_csv(sweep_root / "report" / "results.csv")}
     column = "finetune/cifar10/top1 [%]"
@@ -202,7 +203,7 @@ def test_finetuned_accuracy_is_plotted_against_pretraining_compute(sweep_root, t
 def test_a_finetune_root_that_matches_no_run_is_reported(sweep_root, tmp_path):
     ft = tmp_path / "ft"
     write_finetune_run(ft, "elsewhere", "/data/other/run", 0.9)
-    assert cli.main(["report", str(sweep_root), "--finetune-root", str(ft)]) == 0
+    assert cli.main(["report", str(sweep_root), "--bootstrap", "10", "--finetune-root", str(ft)]) == 0
     md = (sweep_root / "report" / "report.md").read_text()
     assert "no finished fine-tuning run in" in md and "starts from a run of" in md
 
@@ -242,14 +243,16 @@ def test_data_size_sweep_gets_accuracy_against_training_set_size(tmp_path):
     paths = write_report(str(root))
     assert (root / "report" / "data.png") in paths and (root / "report" / "data.png").stat().st_size > 0
     assert "![data](data.png)" in (root / "report" / "report.md").read_text()
-    assert (root / "report" / "report.html").read_text().count("data:image/png;base64,") == 3
+    # pareto, scaling (the fits), curves and data
+    assert (root / "report" / "report.html").read_text().count("data:image/png;base64,") == 4
     states, _ = read_sweep_root(root)
     fig = data_size_figure(sweep_rows(states, "eval/top1"), "eval/top1", tmp_path / "d.png")
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     assert sorted(lines) == ["bit (ResNet (BiT))", "vit (Transformer (ViT))"]
     assert list(lines["vit (Transformer (ViT))"].get_xdata()) == [144, 431, 1437]
     assert list(lines["bit (ResNet (BiT))"].get_ydata()) == pytest.approx([80.0, 85.0, 95.0])
-    assert paths[-3:] == [root / "report" / f for f in ("report.md", "report.html", "results.csv")]
+    assert paths[-5:] == [root / "report" / f
+                          for f in ("report.md", "report.html", "results.csv", "scaling.json", "scaling.csv")]
 
 
 def write_recipe(root: Path) -> Path:

@@ -1,9 +1,10 @@
-"""`vit-jax sweep`: run a scaling sweep, show its status, and write the compute-versus-accuracy report.
+"""`vit-jax sweep`: run a scaling sweep, show its status, write the compute-versus-accuracy report, plan a budget.
 
     vit-jax sweep run CONFIG[:ARG] --root DIR [--launcher local|tpu|slurm] [--preflight] [--only GLOB] [--dry-run]
     vit-jax sweep status CONFIG[:ARG] --root DIR
     vit-jax sweep report DIR [--metric eval/top1] [--compare-paper] [--progress examples|epochs|steps|exaflops]
-                             [--finetune-root FT_DIR ...]
+                             [--finetune-root FT_DIR ...] [--bootstrap N] [--seed S] [--fit-final-only]
+    vit-jax sweep suggest (DIR | --paper) --budget-exaflops X [--family ViT]
 
 See docs/sweeps.md.
 """
@@ -56,7 +57,47 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--finetune-root", action="append", default=[], metavar="DIR",
                         help="sweep root of fine-tuning runs started from this sweep's runs (repeatable): adds "
                              "finetune/DATASET/top1 columns, selectable with --metric")
+    report.add_argument("--bootstrap", type=int, default=200, metavar="N",
+                        help="bootstrap refits behind the scaling-law fits' intervals and bands")
+    report.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (the same seed, the same bands)")
+    report.add_argument("--fit-final-only", action="store_true",
+                        help="fit each family's front of final evaluations only (default: every evaluation logged)")
+
+    suggest = sub.add_parser("suggest", help="from a sweep's scaling-law fits: the error a compute budget buys, and "
+                                             "the model and training length that buy it")
+    suggest.add_argument("root", nargs="?", default=None,
+                         help="sweep directory (reads ROOT/report/scaling.json, written by `sweep report`) or a "
+                              "scaling.json")
+    suggest.add_argument("--paper", action="store_true",
+                         help="use the ViT paper's Table 6 (ImageNet error after fine-tuning) instead of a sweep")
+    suggest.add_argument("--budget-exaflops", type=float, required=True, metavar="X",
+                         help="pretraining compute to plan for, in exaFLOPs")
+    suggest.add_argument("--family", default=None,
+                         help="family to plan for (ViT, ResNet, Hybrid, ...); default: the one the fits say does best")
+    suggest.add_argument("--bootstrap", type=int, default=200, metavar="N",
+                         help="--paper: bootstrap refits behind the interval")
     return parser
+
+
+def _suggest(args) -> int:
+    from vit_jax.report.scaling_report import SCALING_JSON, load_fits, suggest
+    from vit_jax.sweep.runs import as_path
+
+    if args.paper == (args.root is not None):
+        raise ValueError("give a sweep directory (or its scaling.json) or --paper, one of the two")
+    if args.paper:
+        from vit_jax.report.pareto import PAPER_METRIC, paper_rows
+        from vit_jax.report.scaling_report import compute_fits
+
+        # Only the asked family is fitted (the others' bootstraps would be wasted); an unknown one falls through to
+        # all of them, so that the refusal lists the families there are.
+        rows = [r for r in paper_rows() if args.family and r.family.lower() == args.family.lower()] or paper_rows()
+        fits = [g.to_dict() for g in compute_fits(rows, PAPER_METRIC, "paper", n_boot=args.bootstrap)]
+    else:
+        path = as_path(args.root)
+        fits = load_fits(path if path.name.endswith(".json") else path / "report" / SCALING_JSON)
+    print(suggest(fits, args.budget_exaflops, args.family))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,9 +109,12 @@ def main(argv: list[str] | None = None) -> int:
 
             paths = write_report(args.root, metric=args.metric, compare_paper=args.compare_paper,
                                  progress=args.progress, out_dir=args.out,
-                                 finetune_roots=tuple(args.finetune_root))
+                                 finetune_roots=tuple(args.finetune_root), n_boot=args.bootstrap,
+                                 seed=args.seed, fit_final_only=args.fit_final_only)
             print("wrote " + ", ".join(str(p) for p in paths))
             return 0
+        if args.command == "suggest":
+            return _suggest(args)
 
         from vit_jax.sweep.runner import run_sweep, status_table, workdir_of
         from vit_jax.sweep.runs import read_run
