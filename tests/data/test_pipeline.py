@@ -269,33 +269,58 @@ def test_examples_of_different_sizes_are_a_clear_error(digits_ds):
         load_local_batch(loader, plan, 0, 0, 4)
 
 
-class SlowSource(CorruptingSource):
-    """Counts reads and takes 2 ms per record."""
+class GatedSource(CorruptingSource):
+    """Every read waits at a gate until the test opens it; counts the reads begun (`entered`) and finished."""
 
     def __init__(self, source):
+        import threading
+
         super().__init__(source, bad=())
-        self.reads = 0
+        self.gate = threading.Event()
+        self.changed = threading.Condition()
+        self.entered = self.reads = 0
 
     def __getitem__(self, i):
-        import time
-
-        time.sleep(0.002)
-        self.reads += 1
-        return super().__getitem__(i)
+        with self.changed:
+            self.entered += 1
+            self.changed.notify_all()
+        assert self.gate.wait(60), "the test never opened the gate"
+        ex = super().__getitem__(i)
+        with self.changed:
+            self.reads += 1
+        return ex
 
 
 def test_close_stops_the_workers_within_one_example(digits_ds, monkeypatch):
-    import time
+    """Both workers are held inside their first read of batch 0 (batches 1 and 2 queued behind them) while close()
+    begins; once released, each finishes the example it is on and reads no other. Events order every step: no
+    sleeps, no read counts that depend on how fast the workers ran."""
+    import threading
 
-    slow = SlowSource(digits_ds.source("train"))
-    monkeypatch.setitem(digits_ds._sources, "train", slow)
+    gated = GatedSource(digits_ds.source("train"))
+    monkeypatch.setitem(digits_ds._sources, "train", gated)
     it = pipeline.train_iterator(digits_ds, pp=EVAL_PP, global_batch_size=128, sharding=mesh_sharding(),
                                  num_workers=2, prefetch=2)
-    next(it)
-    it.close()  # three more batches (384 examples) were in flight
-    reads = slow.reads
-    time.sleep(0.05)
-    assert slow.reads == reads < 128 + 128 // 2
+    it._fill()  # what next() does first: batches 0-2 submitted (two chunks each), without waiting for one
+    with gated.changed:
+        assert gated.changed.wait_for(lambda: gated.entered == 2, timeout=60), gated.entered
+    shutting_down = threading.Event()
+    shutdown = it._workers.shutdown
+
+    def signalled_shutdown(*args, **kwargs):  # close() calls it after marking every batch in flight cancelled
+        shutting_down.set()
+        shutdown(*args, **kwargs)
+
+    monkeypatch.setattr(it._workers, "shutdown", signalled_shutdown)
+    closer = threading.Thread(target=it.close)
+    closer.start()
+    try:
+        assert shutting_down.wait(60)
+    finally:
+        gated.gate.set()
+        closer.join(60)
+    assert not closer.is_alive()  # close() returned: the workers have exited
+    assert gated.entered == gated.reads == 2  # the two examples in progress, and not one more
 
 
 def host_iterator(ds, **kw):
