@@ -65,6 +65,13 @@ class PowerLawFit:
         return {k: (float(np.percentile(self.draws[:, i], tail)), float(np.percentile(self.draws[:, i], 100 - tail)))
                 for i, k in enumerate(PARAMS)}
 
+    def at_upper_bound(self) -> list[str]:
+        """Parameters the optimiser pushed onto their upper bound: the law bent as far as allowed and still short of
+        the points (b = 5: a drop steeper than any scaling law; c = min E: a floor at the best point; d = max C).
+        The lower bounds (c = 0, d = 0) are ordinary answers: no floor, no shift."""
+        bounds = {"b": B_MAX, "c": float(self.error.min()), "d": float(self.x.max())}
+        return [k for k, bound in bounds.items() if getattr(self, k) >= bound * (1 - 1e-6)]
+
     def goodness(self) -> dict[str, float]:
         """Residuals in the space of the fit (log E) and, for reading, in error points."""
         log_res = np.log(self.error) - np.log(self.predict(self.x))
@@ -72,7 +79,8 @@ class PowerLawFit:
         return {"points": int(self.x.size), "dof": int(self.x.size - len(PARAMS)),
                 "rmse_log": float(np.sqrt(np.mean(log_res ** 2))),
                 "r2_log": float(1 - np.sum(log_res ** 2) / spread) if spread > 0 else float("nan"),
-                "max_abs_error_points": float(np.max(np.abs(self.error - self.predict(self.x))))}
+                "max_abs_error_points": float(np.max(np.abs(self.error - self.predict(self.x)))),
+                "at_upper_bound": self.at_upper_bound()}
 
     def to_dict(self) -> dict:
         return {"params": self.params, "intervals": {k: list(v) for k, v in self.intervals().items()},
@@ -112,20 +120,22 @@ def _solve(u: np.ndarray, log_e: np.ndarray, starts: list[np.ndarray], upper: np
         result = least_squares(residuals, start, jac=jacobian, bounds=(lower, upper), x_scale="jac", method="trf")
         if best is None or result.cost < best.cost:
             best = result
-    # A shift or floor the optimiser left a hair above its bound of 0 is 0 (6.8e-17 would read as a finding).
-    return np.where((np.arange(4) >= 2) & (best.x < 1e-9 * np.array([1, 1, np.exp(log_e).max(), 1])), 0.0, best.x)
+    a, b, c, d = best.x
+    # A floor or shift the optimiser left a hair above its bound of 0 is 0 (6.8e-17 would read as a finding).
+    c = 0.0 if c < 1e-9 * float(np.exp(log_e).max()) else c
+    d = 0.0 if d < 1e-9 else d
+    return np.array([a, b, c, d])
 
 
 def _starts(u: np.ndarray, e: np.ndarray, c_max: float) -> list[np.ndarray]:
     """A small grid of starts: the law is non-convex in (b, c), and one start can stall on a bound."""
     starts = []
+    d = 0.3 * float(u.min())  # inside the bounds, where the gradient in d is not zero
     for b in (0.1, 0.4, 1.0):
-        for c_frac in (0.0, 0.8):
-            for d in (0.3 * float(u.min()),):
-                c = c_frac * c_max
-                # a from the point with the largest cost, so that the start passes through it.
-                a = max(float(e[np.argmax(u)]) - c, 1e-6) * (1.0 + d) ** b
-                starts.append(np.array([a, b, c, d]))
+        for c in (0.0, 0.8 * c_max):
+            # a from the point with the largest cost, so that the start passes through it.
+            a = max(float(e[np.argmax(u)]) - c, 1e-6) * (1.0 + d) ** b
+            starts.append(np.array([a, b, c, d]))
     return starts
 
 
@@ -151,7 +161,8 @@ def fit_power_law(x: Sequence[float], error: Sequence[float], *, n_boot: int = 2
     if np.any(~np.isfinite(e)) or np.any(e <= 0) or np.any(e >= 100):
         raise ScalingFitError(f"{what}: every error must lie strictly between 0 and 100% (log space)")
     if np.unique(x).size < MIN_POINTS - 1:
-        raise ScalingFitError(f"{what}: {np.unique(x).size} distinct costs, the fit needs at least {MIN_POINTS - 1}")
+        raise ScalingFitError(f"{what}: {np.unique(x).size} distinct costs, the fit needs at least "
+                              f"{MIN_POINTS - 1}")
     scale = float(x.max())
     u = x / scale
     # a ≤ 1e3 x (largest error) x (smallest u)^b_max: enough to reach any error at the smallest cost.

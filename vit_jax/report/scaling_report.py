@@ -131,10 +131,12 @@ def fits_table(groups: list[FitGroup]) -> tuple[list[str], list[list[str]]]:
             cells.append([g.source, g.group, g.cost, str(len(g.points)), *[""] * len(PARAMS), "", "", g.refusal])
             continue
         iv, good = g.fit.intervals(), g.fit.goodness()
+        note = f"{good['dof']} degree{'s' if good['dof'] != 1 else ''} of freedom"
+        if good["at_upper_bound"]:
+            note += f"; {', '.join(good['at_upper_bound'])} at its upper bound: these points stretch the law to its limit"
         cells.append([g.source, g.group, g.cost, str(len(g.points)),
                       *[f"{_g(g.fit.params[k])} [{_g(iv[k][0])}, {_g(iv[k][1])}]" for k in PARAMS],
-                      f"{good['rmse_log']:.3g}", f"{good['max_abs_error_points']:.3g}",
-                      f"{good['dof']} degree{'s' if good['dof'] != 1 else ''} of freedom"])
+                      f"{good['rmse_log']:.3g}", f"{good['max_abs_error_points']:.3g}", note])
     return header, cells
 
 
@@ -149,7 +151,7 @@ def write_scaling(out, groups: list[FitGroup], *, n_boot: int, seed: int) -> lis
     json_path.write_text(json.dumps(doc, indent=1) + "\n")
     buf = io.StringIO()
     writer = csv.writer(buf)
-    quality = ("points", "dof", "rmse_log", "r2_log", "max_abs_error_points")
+    quality = ("points", "dof", "rmse_log", "r2_log", "max_abs_error_points", "at_upper_bound")
     writer.writerow(["source", "curve", "cost", "metric", "status",
                      *[f"{k}{end}" for k in PARAMS for end in ("", "_lo", "_hi")], *quality, "cost_min", "cost_max",
                      "refusal"])
@@ -161,7 +163,7 @@ def write_scaling(out, groups: list[FitGroup], *, n_boot: int, seed: int) -> lis
         iv, good = g.fit.intervals(), g.fit.goodness()
         writer.writerow([g.source, g.group, g.cost, g.metric, "fitted",
                          *[repr(v) for k in PARAMS for v in (g.fit.params[k], *iv[k])],
-                         *[good[k] for k in quality], *g.fit.x_range, ""])
+                         *[" ".join(v) if isinstance(v := good[k], list) else v for k in quality], *g.fit.x_range, ""])
     csv_path.write_text(buf.getvalue())
     return [json_path, csv_path]
 
