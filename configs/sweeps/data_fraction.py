@@ -1,10 +1,12 @@
 """Data hunger in miniature (the ViT paper's §4.3, Figures 3 and 4): a small BiT ResNet and a small ViT trained on
-10%, 30% and 100% of the embedded digits data.
+5%, 10%, 30%, 50% and 100% of the embedded digits data: five sizes, the fewest points the report's scaling-law fit
+of error against training-set size takes per model.
 
 Every run trains for the same number of examples (15 epochs of the full training split, 169 steps of 128), so every
 model spends the same compute whatever its data: each image of the 10% subset is seen ten times as often, as the
 paper's subsets of JFT were trained with the same hyper-parameters. Subsets are nested (the 10% set is inside the 30%
-set; vit_jax/data/indexing.py). The evaluation is the whole test split (360 images), once at the end.
+set; vit_jax/data/indexing.py); 5% is 72 images, about 7 per class. The evaluation is the whole test split (360
+images), once at the end.
 
     vit-jax sweep run configs/sweeps/data_fraction.py --root workdirs/data_fraction
     vit-jax sweep report workdirs/data_fraction        # data.png: test top-1 against training-set size
@@ -26,7 +28,7 @@ MODELS = {
 
 def get_sweep():
     return {
-        "description": "a small ViT and a small BiT ResNet on 10/30/100% of digits, same training compute",
+        "description": "a small ViT and a small BiT ResNet on 5/10/30/50/100% of digits, same training compute",
         "base": "configs/demo.py",
         "fixed": {
             # Durations in examples, so that a fraction changes the data, not the schedule.
@@ -38,5 +40,5 @@ def get_sweep():
             "checkpoint.every_epochs": 0.0,
             "eval.fewshot.datasets": (),
         },
-        "grid": {"model": MODELS, "data.fraction": [0.1, 0.3, 1.0]},
+        "grid": {"model": MODELS, "data.fraction": [0.05, 0.1, 0.3, 0.5, 1.0]},
     }

@@ -25,6 +25,10 @@ def test_demo_sweep_has_small_vits_a_bit_resnet_and_a_hybrid(capsys, tmp_path, m
                                                         "model=R1+w64-d2,total_epochs=5"])
     assert "--config.model.variant=BiT-R1-1x1" in runs["model=BiT-R1-1x1,total_epochs=5"]
     assert "--config.model.resnet_layers=(1,)" in runs["model=R1+w64-d2,total_epochs=5"]
+    # One run per family beside ViT: evaluated ten times, so that its front has the points a scaling-law fit needs.
+    for name in ("model=BiT-R1-1x1,total_epochs=5", "model=R1+w64-d2,total_epochs=5"):
+        assert "--config.eval.every_epochs=0.5" in runs[name]
+    assert "--config.eval.every_epochs=2.5" in runs["model=w32-d2,total_epochs=5"]
 
 
 def test_paper_sweep_has_table6_resnets_at_7_and_14_epochs(capsys, tmp_path, monkeypatch):
@@ -42,7 +46,8 @@ def test_paper_sweep_has_table6_resnets_at_7_and_14_epochs(capsys, tmp_path, mon
 def test_data_fraction_sweep_gives_every_run_the_same_training_examples(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     runs = planned(capsys, "configs/sweeps/data_fraction.py", tmp_path / "fractions")
-    assert sorted(runs) == sorted(f"data.fraction={f},model={m}" for f in (0.1, 0.3, 1.0)
+    # Five sizes per model: the fewest the report's scaling-law fit against training-set size takes.
+    assert sorted(runs) == sorted(f"data.fraction={f},model={m}" for f in (0.05, 0.1, 0.3, 0.5, 1.0)
                                   for m in ("BiT-R1-1x1", "w128-d4"))
     for command in runs.values():
         assert "--config.total_examples=21555" in command and "--config.optimizer.warmup_examples=2874" in command
