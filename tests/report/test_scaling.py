@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vit_jax.commands import sweep as cli
-from vit_jax.report.pareto import Row
+from vit_jax.report.pareto import PAPER_METRIC, Row, paper_rows
 from vit_jax.report.scaling import MIN_POINTS, PARAMS, PowerLawFit, ScalingFitError, fit_power_law, law
 from vit_jax.report.scaling_report import compute_fits, evaluation_rows, suggest
 from vit_jax.report.sweep_report import write_report
@@ -97,6 +97,22 @@ def test_suggest_names_model_and_steps_and_refuses_far_budgets():
         suggest(fits, 10.0, "ResNet")
     with pytest.raises(ScalingFitError, match=r"no family 'BiT' in the fits \(families: ResNet, ViT\)"):
         suggest(fits, 10.0, "BiT")
+
+
+def test_suggest_without_family_takes_the_sweeps_fits_that_speak_for_the_budget():
+    rows = paper_like_rows()
+    # A second fitted family, a million times further along the compute axis, and better there.
+    rows += [Row(source="sweep", run=f"h{r.run}", model=f"H{r.model}", family="Hybrid", steps=100,
+                 exaflops=r.exaflops * 1e6, accuracy={"eval/top1": r.accuracy["eval/top1"] + 1})
+             for r in rows if r.family == "ViT" and r.run != "slow"]
+    sweep = [g.to_dict() for g in compute_fits(rows, "eval/top1", n_boot=N_BOOT)]
+    paper = [g.to_dict() for g in compute_fits(paper_rows(), PAPER_METRIC, "paper", n_boot=N_BOOT)]
+    assert suggest(sweep + paper, 2000.0).startswith("ViT (sweep)")  # the Hybrid fit starts at 1,000,000
+    assert suggest(sweep + paper, 1e7).startswith("Hybrid (sweep)")
+    # The paper's ViT fit (55-4,262 exaFLOPs) would speak for 20,000; a sweep's report plans with its own fits.
+    with pytest.raises(ScalingFitError, match=r"^no fit speaks for 20,000 exaFLOPs, more than 10x outside each "
+                                              r"one's compute \(Hybrid 1,000,000-1,000,000,000, ViT 1-1,000 exaFLOPs\)$"):
+        suggest(sweep + paper, 20000.0)
 
 
 def test_suggest_on_the_papers_table6_answers_in_one_line(capsys):

@@ -185,19 +185,35 @@ def _ef(value: float) -> str:
 
 
 def _choose(fits: list[dict], budget: float, family: str | None) -> tuple[dict, PowerLawFit]:
-    compute = [f for f in fits if f.get("cost") == "exaflops"]
+    compute = [f for f in fits if f.get("cost") == "exaflops" and f.get("source") == "sweep"] or \
+        [f for f in fits if f.get("cost") == "exaflops"]  # a sweep's own fits, not the paper's beside them
     if family is not None:
         compute = [f for f in compute if f["group"].lower() == family.lower()]
         if not compute:
             known = sorted({f["group"] for f in fits if f.get("cost") == "exaflops"})
             raise ScalingFitError(f"no family {family!r} in the fits (families: {', '.join(known) or 'none'})")
-    fitted = [f for f in compute if f["status"] == "fitted"]
+    fitted = [(f, PowerLawFit.from_dict(f)) for f in compute if f["status"] == "fitted"]
     if not fitted:
         reasons = "; ".join(f["refusal"] for f in compute) or "no compute fit in the report"
         raise ScalingFitError(f"no fit to plan with: {reasons}")
-    # Without --family: the family whose fit promises the lowest error at the budget (the best buy).
-    best = min(fitted, key=lambda f: float(PowerLawFit.from_dict(f).predict(budget)))
-    return best, PowerLawFit.from_dict(best)
+    # Without --family: of the fits that speak for the budget, the one promising the lowest error (the best buy).
+    speaking = [(f, fit) for f, fit in fitted if _out_of_range(f, fit, budget) is None]
+    if len(fitted) == 1 and not speaking:
+        raise ScalingFitError(_out_of_range(*fitted[0], budget))
+    if not speaking:
+        ranges = ", ".join(f"{f['group']} {_ef(fit.x_range[0])}-{_ef(fit.x_range[1])}" for f, fit in fitted)
+        raise ScalingFitError(f"no fit speaks for {_ef(budget)} exaFLOPs, more than {MAX_EXTRAPOLATION:g}x outside "
+                              f"each one's compute ({ranges} exaFLOPs)")
+    return min(speaking, key=lambda pair: float(pair[1].predict(budget)))
+
+
+def _out_of_range(entry: dict, fit: PowerLawFit, budget: float) -> str | None:
+    """Why the fit cannot speak for `budget`, or None when it can."""
+    lo, hi = fit.x_range
+    if lo / MAX_EXTRAPOLATION <= budget <= MAX_EXTRAPOLATION * hi:
+        return None
+    return (f"{entry['group']} ({entry['source']}): {_ef(budget)} exaFLOPs is more than {MAX_EXTRAPOLATION:g}x "
+            f"outside the fitted compute ({_ef(lo)}-{_ef(hi)} exaFLOPs); the fit does not speak for it")
 
 
 def suggest(fits: list[dict], budget: float, family: str | None = None) -> str:
@@ -208,11 +224,10 @@ def suggest(fits: list[dict], budget: float, family: str | None = None) -> str:
     if not (math.isfinite(budget) and budget > 0):
         raise ScalingFitError(f"--budget-exaflops must be a positive number, not {budget}")
     entry, fit = _choose(fits, budget, family)
+    if (why := _out_of_range(entry, fit, budget)) is not None:
+        raise ScalingFitError(why)
     lo, hi = fit.x_range
     name = f"{entry['group']} ({entry['source']})"
-    if budget > MAX_EXTRAPOLATION * hi or budget < lo / MAX_EXTRAPOLATION:
-        raise ScalingFitError(f"{name}: {_ef(budget)} exaFLOPs is more than {MAX_EXTRAPOLATION:g}x outside the fitted "
-                              f"compute ({_ef(lo)}-{_ef(hi)} exaFLOPs); the fit does not speak for it")
     pred = float(fit.predict(budget))
     band_lo, band_hi = (float(v[0]) for v in fit.band([budget]))
     where = (f", extrapolated {budget / hi:.3g}x beyond the largest measured {_ef(hi)}" if budget > hi else
