@@ -83,3 +83,15 @@ def test_unreadable_checkpoints_are_one_line_errors_with_exit_2(tmp_path, capsys
     monkeypatch.setenv("VIT_JAX_DEBUG", "1")
     assert cli.main(["convert", str(pickled), str(tmp_path / "out.npz"), "--to", "official"]) == 2
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_verbose_is_shared_by_every_command_and_turns_on_tracebacks(monkeypatch):
+    from vit_jax import cli_args
+    from vit_jax.errors import DEBUG_ENV, debug_enabled
+
+    monkeypatch.setenv(DEBUG_ENV, "0")
+    p = cli_args.ArgumentParser()
+    p.add_argument("--top-k")
+    assert vars(p.parse_args(["--top-k=2"])) == {"top_k": "2"} and not debug_enabled()
+    assert vars(p.parse_args(["--verbose", "--top-k=2"])) == {"top_k": "2"}  # a switch, not a command's option
+    assert debug_enabled()

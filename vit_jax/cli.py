@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: vit-jax [--debug] COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: vit-jax [--verbose] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name:<{width}}  {help_text}" for name, (_, help_text) in sorted(COMMANDS.items())]
     lines += ["", "`vit-jax COMMAND --help` describes a command's arguments."]
     return "\n".join(lines)
@@ -33,12 +33,10 @@ def _usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "--debug":  # tracebacks for user errors too (same as VIT_JAX_DEBUG=1)
-        import os
+    if argv and argv[0] in ("--verbose", "--debug"):  # tracebacks of errors and recovered faults (cli_args.py)
+        from vit_jax.cli_args import set_verbose
 
-        from vit_jax.errors import DEBUG_ENV
-
-        os.environ[DEBUG_ENV] = "1"
+        set_verbose()
         argv = argv[1:]
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())

@@ -1,17 +1,44 @@
-"""The one flag style of every `vit-jax` command: `--dash-words`.
+"""The one flag style of every `vit-jax` command: `--dash-words`, and the flags every command shares.
 
 prepare-data and the data benchmarks used to spell their flags `--under_scores`; those spellings are still
 accepted (any `--a_b` that names a `--a-b` option of the parser), so scripts keep working for a release.
+
+`--verbose` (every command; `vit-jax --verbose COMMAND` too): the tracebacks a command otherwise keeps to one line,
+those of user errors and of faults it recovered from (a damaged checkpoint skipped, the reads a failed restore left
+behind), and the library logs that come with them. The same switch as VIT_JAX_DEBUG=1.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+VERBOSE_HELP = "show the tracebacks and library logs of errors and of recovered faults (same as VIT_JAX_DEBUG=1)"
+
+
+def set_verbose() -> None:
+    """Turns on the switch vit_jax.errors.debug_enabled reads, for this process and the processes it starts."""
+    from vit_jax.errors import DEBUG_ENV
+
+    os.environ[DEBUG_ENV] = "1"
+
+
+class _Verbose(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=VERBOSE_HELP)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        set_verbose()
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with `--a_b` accepted for a `--a-b` option (sub-parsers made by add_subparsers are of this class)."""
+    """argparse with `--a_b` accepted for a `--a-b` option (sub-parsers made by add_subparsers are of this class),
+    and the shared `--verbose` (not in the parsed namespace: it only sets the process-wide switch)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument("--verbose", action=_Verbose)
 
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)

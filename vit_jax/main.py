@@ -16,6 +16,8 @@ FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "training config file (configs/*.py[:args])",
                                           lock_config=False)
 _WORKDIR = flags.DEFINE_string("workdir", None, "directory for checkpoints, metrics, summary.json")
+_VERBOSE = flags.DEFINE_bool("verbose", False, "show the tracebacks and library logs of errors and of recovered "
+                             "faults (same as VIT_JAX_DEBUG=1)")
 
 
 def _main(argv: list[str]) -> None:
@@ -24,6 +26,10 @@ def _main(argv: list[str]) -> None:
 
     from vit_jax.errors import UserError, report
 
+    if _VERBOSE.value:
+        from vit_jax.cli_args import set_verbose
+
+        set_verbose()
     if not FLAGS["verbosity"].present:  # Orbax and friends log every file operation at INFO
         logging.set_verbosity(logging.WARNING)
     config = _CONFIG.value
