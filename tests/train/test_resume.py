@@ -1,10 +1,13 @@
-"""Real processes: preemption by SIGTERM and exact resume, kill -9 during an asynchronous save, CLI config errors."""
+"""Real processes: preemption by SIGTERM and exact resume (past a damaged newest checkpoint), kill -9 during an
+asynchronous save, CLI config errors."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -40,9 +43,14 @@ def uninterrupted(tmp_path_factory, digits_data_dir):
     return workdir
 
 
-def test_sigterm_saves_exits_cleanly_and_resume_is_bit_identical(tmp_path, digits_data_dir, uninterrupted):
+def test_sigterm_saves_and_a_rerun_past_a_damaged_newest_checkpoint_is_quiet_and_bit_identical(
+        tmp_path, digits_data_dir, uninterrupted):
+    """The damaged-checkpoint drill (#49): SIGTERM mid-run, a data file of the newest checkpoint truncated, rerun. The
+    rerun names the damaged step and file in one line and where it resumed in another, prints no traceback (nor the
+    "Exception ignored in: <coroutine ...>" of Orbax's reads that the failed restore left pending: hold_reads.py
+    keeps them pending, as a loaded machine does), and ends bit-identical to an undisturbed run."""
     workdir = str(tmp_path)
-    cmd = train_command(workdir, digits_data_dir, f"--config.total_steps={STEPS}")
+    cmd = train_command(workdir, digits_data_dir, f"--config.total_steps={STEPS}", "--config.checkpoint.every_steps=4")
     proc = subprocess.Popen(cmd, env=env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wait_for_step(workdir, 9, proc)  # the middle of the first epoch (1437 examples = 45 steps of 32)
     proc.send_signal(signal.SIGTERM)
@@ -51,15 +59,35 @@ def test_sigterm_saves_exits_cleanly_and_resume_is_bit_identical(tmp_path, digit
     assert "preempted: saved checkpoint at step" in output
     stopped_at = int(output.split("preempted: saved checkpoint at step ")[1].split(";")[0])
     assert 9 <= stopped_at < STEPS
-    resumed = run(cmd)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resumed from" in resumed.stdout and f"(step {stopped_at})" in resumed.stdout
+    steps = sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit())
+    assert steps[-1] == stopped_at and len(steps) >= 2, steps
+    fallback = steps[-2]
+
+    state = Path(workdir, "checkpoints", str(stopped_at), "state")
+    damaged = max((f for f in state.rglob("*") if f.is_file() and f.parent.name == "d"), key=lambda f: f.stat().st_size)
+    damaged.write_bytes(damaged.read_bytes()[:16])
+    program = [cmd[0], str(ROOT / "tests" / "train" / "hold_reads.py"), *cmd[3:]]
+    resumed = subprocess.run(program, env={**env(), "HOLD_STEP": str(stopped_at)}, cwd=ROOT, capture_output=True,
+                             text=True, timeout=600)
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out[-3000:]
+    held = re.search(r"hold_reads: held (\d+) read\(s\); (\d+) abandoned", out)
+    assert held and int(held.group(1)) > 0 and int(held.group(2)) > 0, out[-3000:]  # the noisy case did happen
+    assert "Traceback" not in out and "Exception ignored" not in out, out[-3000:]
+    about_damage = [line for line in out.splitlines() if "damaged" in line or "skipping" in line or damaged.name in line]
+    assert len(about_damage) <= 3, about_damage
+    named = rf"skipping checkpoint step {stopped_at}: state/{re.escape(str(damaged.relative_to(state)))} is truncated"
+    assert re.fullmatch(named + r" \(16 bytes, [\d,]+ expected\)(; it holds .+)?", about_damage[0]), about_damage
+    assert f"resumed from {workdir}/checkpoints/{fallback} (step {fallback})" in resumed.stdout
+
     a, b = losses(uninterrupted), losses(workdir)
     assert sorted(b) == list(range(1, STEPS + 1))
     assert all(a[s] == b[s] for s in a), {s: (a[s], b[s]) for s in a if a[s] != b[s]}  # bit-identical losses
     _, pa = load_params_from_run(uninterrupted)
     _, pb = load_params_from_run(workdir)
     jax.tree.map(np.testing.assert_array_equal, pa, pb)  # bit-identical final parameters
+    final = [json.loads(Path(w, "summary.json").read_text())["final"]["eval/top1"] for w in (uninterrupted, workdir)]
+    assert final[0] == final[1]
 
 
 def test_ctrl_c_saves_then_exits_130_and_the_rerun_resumes(tmp_path, digits_data_dir):
@@ -150,6 +178,5 @@ def test_user_input_errors_are_one_line_exit_2_without_traceback(tmp_path, digit
     assert out.returncode == 2, out.stderr[-2000:]
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(message), out.stderr[-2000:]
-    debug = subprocess.run(train_command(str(tmp_path / "run"), digits_data_dir, "--config.total_steps=2", flag),
-                           env={**env(), "VIT_JAX_DEBUG": "1"}, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    debug = run(train_command(str(tmp_path / "run"), digits_data_dir, "--config.total_steps=2", flag, "--verbose"))
     assert debug.returncode == 2 and "Traceback" in debug.stderr  # the traceback is there when asked for

@@ -6,8 +6,9 @@ checkpoint self-describing: model architecture, resolved config, dataset and pre
 git commit — `vit-jax predict/eval/convert` need nothing else.
 
 Failing well (docs/launching.md, "Failures"): resuming walks back from the newest step to the newest one that is
-complete and restores (one line per damaged step skipped; it is moved aside to `<step>.damaged`, never deleted,
-when the run saves that step again);
+complete and restores (one line per damaged step skipped, naming the damaged file: checkpoints/damage.py; it is
+moved aside to `<step>.damaged`, never deleted, when the run saves that step again); the reads Orbax leaves behind
+when a restore fails stay silent (`--verbose` shows them);
 a save that fails (disk full, permissions, quota) raises CheckpointSaveError naming the folder and the OS error,
 after removing its own temporary folder, so the trainer can stop at once with earlier checkpoints intact.
 """
@@ -15,6 +16,7 @@ after removing its own temporary folder, so the trainer can stop at once with ea
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import os
 import re
@@ -28,6 +30,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+from vit_jax.checkpoints import damage
 from vit_jax.errors import UserError, debug_enabled, one_line
 from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.config import ViTConfig
@@ -89,28 +92,62 @@ def _os_error(e: BaseException) -> str:
 
 def _quiet_library_logs() -> None:
     """Orbax logs every failure it raises with a full traceback (and asyncio each of its failed writes again); we
-    report each as one line, so those logs are dropped unless VIT_JAX_DEBUG is set."""
+    report each as one line, so those logs are dropped unless VIT_JAX_DEBUG is set (`--verbose`)."""
     import logging
 
     def keep(record: logging.LogRecord) -> bool:
         if debug_enabled() or record.levelno >= logging.CRITICAL:
             return True
-        return "/orbax/" not in record.pathname and "exception was never retrieved" not in str(record.msg)
+        if "/orbax/" in record.pathname or "exception was never retrieved" in str(record.msg):
+            return False
+        # asyncio's "Task was destroyed but it is pending!" about one of Orbax's abandoned reads (see below).
+        return not (record.name == "asyncio" and "/orbax/" in str(record.msg))
 
     for name in ("absl", "asyncio"):
         logger = logging.getLogger(name)
         if not any(getattr(f, "__name__", "") == "keep" for f in logger.filters):
             logger.addFilter(keep)
-    # After a failed write Orbax closes its event loop while tensorstore still completes the other writes; each of
-    # their callbacks then reports "Event loop is closed" as an unraisable exception (dozens of tracebacks).
+    # Orbax's leftovers after a failure, each an unraisable exception with a traceback: the reads a failed restore
+    # abandoned (counted: _abandoned_orbax_coroutine), and after a failed write, the callbacks of tensorstore's other
+    # writes finding Orbax's event loop closed ("Event loop is closed", dozens of tracebacks).
     previous = sys.unraisablehook
-    if getattr(previous, "__name__", "") != "_drop_closed_loop_callbacks":
-        def _drop_closed_loop_callbacks(unraisable):
-            if debug_enabled() or not (isinstance(unraisable.exc_value, RuntimeError)
-                                       and str(unraisable.exc_value) == "Event loop is closed"):
+    if getattr(previous, "__name__", "") != "_drop_orbax_leftovers":
+        def _drop_orbax_leftovers(unraisable):
+            global ABANDONED_READS
+            if debug_enabled():
+                previous(unraisable)
+            elif _abandoned_orbax_coroutine(unraisable):
+                ABANDONED_READS += 1
+            elif not (isinstance(unraisable.exc_value, RuntimeError)
+                      and str(unraisable.exc_value) == "Event loop is closed"):
                 previous(unraisable)
 
-        sys.unraisablehook = _drop_closed_loop_callbacks
+        sys.unraisablehook = _drop_orbax_leftovers
+
+
+# Orbax's reads left pending when a restore failed, finalized by the garbage collector since (see below).
+ABANDONED_READS = 0
+
+
+def _abandoned_orbax_coroutine(unraisable) -> bool:
+    """Whether an unraisable exception is an Orbax coroutine being finalized after its restore failed.
+
+    Orbax reads a checkpoint's arrays concurrently on an event loop of its own and closes that loop as soon as one
+    read fails, leaving the others suspended. When the garbage collector later closes each of them, Orbax's
+    `except BaseException` around the read turns the GeneratorExit it receives into a new Exception, which Python
+    reports as "Exception ignored in: <coroutine ... _read_array_index_and_device_put>" with a 60-line TensorStore
+    spec, once per pending read (~20 of them, ~600 lines, in one drill). The restore's own failure was reported
+    already, in one line."""
+    code = getattr(unraisable.object, "cr_code", None)
+    if code is None or "/orbax/" not in code.co_filename:
+        return False
+    exc, seen = unraisable.exc_value, set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, GeneratorExit):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def tree_nbytes(tree: Any) -> int:
@@ -302,7 +339,11 @@ class RunCheckpointer:
                 try:
                     restored = self.restore(step, abstract_state)
                 except Exception as e:  # noqa: BLE001 - a damaged file surfaces as any of Orbax's/tensorstore's errors
-                    reason = f"restoring failed: {_first_line(e)}"
+                    reason = damage.describe(self.directory / str(step), e)
+                if reason is not None:  # outside the except clause, which keeps the failed restore's frames alive
+                    # Orbax's reads left pending by the failure are finalized now (the hook of _quiet_library_logs
+                    # counts them), not at whichever collection comes next in the middle of training.
+                    gc.collect()
             reason = next((r for r in all_processes(reason or "") if r), None)
             if reason is None:
                 return (step, *restored)
