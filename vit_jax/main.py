@@ -58,6 +58,12 @@ def _main(argv: list[str]) -> None:
 
         watchdog.fail_fast(e)  # a multi-process job: every process stops, naming this one (never returns there)
         sys.exit(report(e, "vit-jax train"))
+    from vit_jax.storage import remote
+
+    if recovered := remote.recovered_summary():  # the faults retried along the way, each silent when it happened
+        import jax
+
+        print(f"process {jax.process_index()}: {recovered}" if jax.process_count() > 1 else recovered, flush=True)
     if result.get("status") == "preempted":  # saved: 0 after SIGTERM (preemption), 130 after Ctrl-C, as shells do
         sys.exit(128 + signal.SIGINT if result.get("signal") == signal.SIGINT else 0)
 

@@ -124,6 +124,9 @@ def test_transient_faults_mid_read_change_nothing_and_are_counted(gcs, bucket_di
     # gcsfs retried the 503 and the cut body; aiohttp itself resends an idempotent request whose pooled
     # connection closed before any answer (no client reports that one), else gcsfs retries it too.
     assert 2 <= remote.retries() - before <= 3
+    # Each retry was silent; a run ends with one line counting them (vit_jax.main prints it).
+    assert remote.recovered_summary().startswith(f"storage: recovered from {remote.retries()} transient error(s) by "
+                                                 "retrying (HTTP 429/5xx, dropped or cut connections")
     for a, b in zip(clean, faulty):
         np.testing.assert_array_equal(a["image"], b["image"])
 

@@ -85,6 +85,16 @@ def retries() -> int:
     return _COUNTER.count + _tensorstore_retries()
 
 
+def recovered_summary() -> str | None:
+    """One line for the end of a run that recovered from transient storage errors (each retry is silent, its
+    traceback kept for --verbose), or None when there were none."""
+    n = retries()
+    if not n:
+        return None
+    return (f"storage: recovered from {n} transient error(s) by retrying (HTTP 429/5xx, dropped or cut connections; "
+            "storage/retries in metrics.jsonl)")
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 def filesystem(url: str):
     """The fsspec filesystem of a URL's scheme (gcsfs for gs://), shared by the process."""
