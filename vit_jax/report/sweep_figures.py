@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from vit_jax.report.pareto import PAPER_METRIC, Row, pareto_frontier
 from vit_jax.report.plotting import new_figure, save_figure
@@ -39,7 +41,7 @@ def draw_fit(ax, fit: PowerLawFit, colour: str, label: str, accuracy: bool = Tru
     for xs, style, name in ((inside, "-", label), (beyond, "--", None)):
         y, (lo, hi) = fit.predict(xs), fit.band(xs)
         if accuracy:
-            y, lo, hi = 100 - y, 100 - hi, 100 - lo
+            y, lo, hi = 100 - y, np.clip(100 - hi, 0, 100), 100 - lo
         ax.fill_between(xs, lo, hi, color=colour, alpha=0.12 if style == "-" else 0.07, lw=0, zorder=1)
         ax.plot(xs, y, style, color=colour, lw=1.3, zorder=2, label=name)
 
@@ -80,7 +82,12 @@ def _panel(ax, rows: list[Row], cost_of, metric: str, xlabel: str, paper: list[R
                    s=40, zorder=3, label=f"paper Table 6: {label}")
         ax.annotate(_short(r), (r.exaflops, r.accuracy[PAPER_METRIC]), textcoords="offset points", xytext=(4, -8),
                     fontsize=6, color=colour)
-    _draw_fits(ax, fits)
+    if points or paper:
+        # The points set the accuracy range; a band that runs off it at small compute (an error band can pass
+        # 100%) is cut there rather than stretching the axis.
+        low, high = ax.get_ylim()
+        _draw_fits(ax, fits)
+        ax.set_ylim(max(low, 0.0), min(high, 100.0 + 0.05 * (high - low)))
     if not points and not paper:
         ax.text(0.5, 0.5, f"no finished run reports\n{metric} and this cost", ha="center", va="center",
                 transform=ax.transAxes)
@@ -174,6 +181,12 @@ def scaling_figure(groups: list[FitGroup], path, paper_metric: str = "") -> Figu
             ax.text(0.02, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=6, va="bottom", color="0.3")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        # Errors read as 12 and 20, not 1.2x10^1; minor ticks get labels only where a front spans less than a decade
+        # of error (the paper's), where there would be no other label, and not where they would pile up.
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.yaxis.set_major_formatter(plain)
+        low, high = ax.get_ylim()
+        ax.yaxis.set_minor_formatter(plain if high < 10 * low else NullFormatter())
         ax.tick_params(axis="both", which="both", labelsize=7)
         metric = mine[0].metric if mine else ""
         title = ("ViT paper Table 6: ImageNet error after fine-tuning" if source == "paper"
