@@ -20,6 +20,24 @@ _VERBOSE = flags.DEFINE_bool("verbose", False, "show the tracebacks and library 
                              "faults (same as VIT_JAX_DEBUG=1)")
 
 
+def _check_before_any_work(config, workdir: str | None) -> None:
+    """The mistakes that can be found from the command line alone fail here, in one line, before anything prints or
+    is built: the distributed start-up, the JAX backend and a first use's dataset preparation all come later (on a
+    fresh machine a wrong model variant used to arrive after a page of TFDS build output)."""
+    from vit_jax.errors import UserError
+    from vit_jax.train import config as config_lib
+
+    if config is None:
+        raise UserError("--config is required, e.g. --config=configs/demo.py (configs/ lists the shipped ones)")
+    if not config.get("stages"):  # a staged config is checked stage by stage (train/stages.py)
+        config_lib.validate(config)
+        if config.model.variant or not config.init.checkpoint:  # else the architecture comes from the checkpoint
+            config_lib.model_config(config, num_classes=1)  # the head size is the dataset's: any size checks the rest
+    if not workdir:
+        raise UserError("--workdir is required: the folder for checkpoints, metrics and summary.json (rerunning in "
+                        "the same folder resumes)")
+
+
 def _main(argv: list[str]) -> None:
     del argv
     from absl import logging
@@ -34,8 +52,10 @@ def _main(argv: list[str]) -> None:
         logging.set_verbosity(logging.WARNING)
     config = _CONFIG.value
     workdir = _WORKDIR.value
-    if config is None or not workdir:
-        raise app.UsageError("both --config and --workdir are required")
+    try:
+        _check_before_any_work(config, workdir)
+    except UserError as e:
+        sys.exit(report(e, "vit-jax train"))
     # Multi-process start-up and device simulation must precede any JAX computation.
     from vit_jax.parallel.distributed import initialize
     from vit_jax.runtime import configure_jax, hide_accelerators_from_tensorflow

@@ -91,7 +91,7 @@ def prepare_in_bucket(args: argparse.Namespace) -> datasets.Dataset:
         pass
     staging = args.staging_dir or datasets.default_staging_dir(url)
     local = datasets.open_dataset(args.dataset, data_dir=staging, manual_dir=args.manual_dir, prepare=True,
-                                  download=args.download, num_workers=args.workers)
+                                  download=args.download, num_workers=args.workers, show_build=True)
     if not args.no_verify:
         verify(local, args.show_classes)  # before the upload, from local disk (class_counts.json goes up too)
     datasets.upload_prepared(local, staging, url)
@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             ds = prepare_in_bucket(args)
         else:
             ds = datasets.open_dataset(args.dataset, data_dir=args.data_dir, manual_dir=args.manual_dir,
-                                       prepare=True, download=args.download, num_workers=args.workers)
+                                       prepare=True, download=args.download, num_workers=args.workers,
+                                       show_build=True)
         print(json.dumps(ds.description(), indent=1))
     except (datasets.DataNotFoundError, StorageError) as e:
         print(f"prepare-data: {e}", file=sys.stderr)

@@ -8,6 +8,8 @@ pipeline, see stream_plan.py), and one that is not there yet is built in a local
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -16,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 
 from vit_jax.data.sources import RecordSource
-from vit_jax.errors import UserError, one_line
+from vit_jax.errors import UserError, debug_enabled, one_line
 from vit_jax.storage import remote
 
 # Manual files of the standard datasets we name in errors (TFDS's own instructions are long).
@@ -146,8 +148,9 @@ def _manual_dir_problem(name: str, builder, manual_dir: str) -> str | None:
 
 
 def prepare_builder(builder, name: str, manual_dir: str | None = None, download: bool = False,
-            num_workers: int | None = None) -> dict | None:
-    """Builds the dataset files; writes and prints the build report. Raises DataNotFoundError if impossible."""
+            num_workers: int | None = None, show: bool = True) -> dict | None:
+    """Builds the dataset files; writes and (if `show`) prints the build report. Raises DataNotFoundError if
+    impossible. `show=False` also keeps TFDS's own build output (notices, progress bars) off the console."""
     tfds = _import_tfds()
     manual_dir = manual_dir or os.path.join(builder.data_dir_root, "downloads", "manual")
     problem = _manual_dir_problem(name, builder, manual_dir)
@@ -164,7 +167,11 @@ def prepare_builder(builder, name: str, manual_dir: str | None = None, download:
         builder.manual_file = Path(manual_dir)
         manual_dir = str(Path(manual_dir).parent)
     config = tfds.download.DownloadConfig(manual_dir=manual_dir, try_download_gcs=False)
-    builder.download_and_prepare(download_config=config)
+    if show:
+        builder.download_and_prepare(download_config=config)
+    else:
+        with _tfds_quiet(tfds):
+            builder.download_and_prepare(download_config=config)
     report = getattr(builder, "build_report", None)
     if report is None:
         return None
@@ -178,10 +185,37 @@ def prepare_builder(builder, name: str, manual_dir: str | None = None, download:
     report.write(out_dir / BUILD_REPORT, extra)
     if hasattr(builder, "write_extra_files"):
         builder.write_extra_files(out_dir)
-    print(f"build report ({out_dir / BUILD_REPORT}): {report.summary()}")
-    if "staging_deleted" in extra:
+    if show:
+        print(f"build report ({out_dir / BUILD_REPORT}): {report.summary()}")
+    if show and "staging_deleted" in extra:
         print(f"deleted the build's staging folder {staging_dir} ({extra.get('staging_bytes', 0) / 2**20:.1f} MiB)")
     return {**extra, **report.to_dict()}
+
+
+@contextlib.contextmanager
+def _tfds_quiet(tfds):
+    """TFDS's build output off the console: its notices (printed to stdout by design), progress bars and log
+    warnings below ERROR. VIT_JAX_DEBUG (`--verbose`) keeps them."""
+    if debug_enabled():
+        yield
+        return
+    import logging
+
+    from tensorflow_datasets.core.utils import tqdm_utils
+
+    def below_error_from_tfds(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or "tensorflow_datasets" not in record.pathname
+
+    bars = getattr(tqdm_utils, "_active", True)
+    tfds.display_progress_bar(False)
+    absl_logger = logging.getLogger("absl")
+    absl_logger.addFilter(below_error_from_tfds)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        absl_logger.removeFilter(below_error_from_tfds)
+        tfds.display_progress_bar(bars)
 
 
 class Dataset:
@@ -291,7 +325,7 @@ def upload_prepared(local: Dataset, staging_dir: str, url: str, progress: bool =
 
 
 def _open_remote(name: str, url: str, manual_dir: str | None, prepare: bool, download: bool,
-                 num_workers: int | None) -> Dataset:
+                 num_workers: int | None, show_build: bool = False) -> Dataset:
     remote.check_location(url, "data_dir")  # a missing or unreachable bucket: one line, before anything else
     builder = make_builder(name, url)
     # Checked directly: TFDS's is_prepared() uses fsspec's exists(), which answers False when the bucket fails.
@@ -301,32 +335,43 @@ def _open_remote(name: str, url: str, manual_dir: str | None, prepare: bool, dow
         raise DataNotFoundError(f"{name} is not prepared in {url}: run `vit-jax prepare-data {name} --data-dir {url}`")
     staging = default_staging_dir(url)
     local = open_dataset(name, staging, manual_dir=manual_dir, prepare=True, download=download,
-                         num_workers=num_workers)
-    upload_prepared(local, staging, url)
+                         num_workers=num_workers, show_build=show_build)
+    upload_prepared(local, staging, url, progress=show_build)
     shutil.rmtree(staging, ignore_errors=True)
     return Dataset(name, make_builder(name, url))
 
 
 def open_dataset(name: str, data_dir: str | None = None, manual_dir: str | None = None, prepare: bool = True,
-                 download: bool = False, num_workers: int | None = None) -> Dataset:
+                 download: bool = False, num_workers: int | None = None, show_build: bool = False) -> Dataset:
     """Opens a prepared dataset, building it first when possible (digits, folders, manual files) and allowed.
 
     data_dir=None means $TFDS_DATA_DIR or ~/tensorflow_datasets. `download=True` lets TFDS fetch data. A bucket
     data_dir (gs://...) is checked first (a missing bucket is a one-line StorageError); a dataset that is not
     there is built in default_staging_dir(data_dir) and uploaded (see upload_prepared).
+
+    A build on first use says so in one line; TFDS's page of build output (notices, progress bars, warnings about
+    the folder it is creating) is shown only by `show_build` (prepare-data, whose job the build is) or --verbose.
     """
     data_dir = data_dir or default_data_dir()
     if name.startswith("folder:"):
         _check_local(name[len("folder:"):], "image folder")
     if is_url(data_dir):
-        return _open_remote(name, data_dir.rstrip("/"), manual_dir, prepare, download, num_workers)
+        return _open_remote(name, data_dir.rstrip("/"), manual_dir, prepare, download, num_workers, show_build)
     data_dir = os.path.abspath(os.path.expanduser(data_dir))
-    builder = make_builder(name, data_dir)
-    if not builder.is_prepared():
+    tfds = _import_tfds()
+    with contextlib.nullcontext() if show_build else _tfds_quiet(tfds):
+        builder = make_builder(name, data_dir)
+        prepared = builder.is_prepared()
+    if not prepared:
         if not prepare:
             raise DataNotFoundError(f"{name} is not prepared in {data_dir}: run `vit-jax prepare-data {name} "
                                     f"--data-dir {data_dir}`")
-        builder = make_builder(name, data_dir, file_format="array_record")
-        prepare_builder(builder, name, manual_dir=manual_dir, download=download, num_workers=num_workers)
-        builder = make_builder(name, data_dir)  # re-open read-only, with the info as written
+        if not show_build:
+            print(f"preparing dataset {name} in {data_dir} (on first use only; `vit-jax prepare-data {name}` shows "
+                  "the build)", flush=True)
+        with contextlib.nullcontext() if show_build else _tfds_quiet(tfds):
+            builder = make_builder(name, data_dir, file_format="array_record")
+            prepare_builder(builder, name, manual_dir=manual_dir, download=download, num_workers=num_workers,
+                            show=show_build)
+            builder = make_builder(name, data_dir)  # re-open read-only, with the info as written
     return Dataset(name, builder)
