@@ -1,9 +1,9 @@
 """Saturating power-law fits of error against a cost, E = a·(C + d)^(−b) + c, with bootstrap confidence bands.
 
-The law is eq. 1 of Zhai et al. 2022 ("Scaling Vision Transformers"): error falls as a power of compute C, shifted by
-d (small models do better than a pure power law at tiny compute) and saturating at c (the error no compute removes).
-The fit is least squares on log E: errors span an order of magnitude along a front and the relative misfit is what
-matters at every scale, as in the paper. The same law serves training-set size as the cost (the data-fraction sweep).
+The law is Zhai et al. 2022's ("Scaling Vision Transformers"): error falls as a power of compute C, shifted by d
+(small models do better than a pure power law at tiny compute) and saturating at c (the error no compute removes).
+The fit is least squares on log E: errors span an order of magnitude along a front, and the relative misfit is what
+matters at every scale. The same law serves training-set size as the cost (the data-fraction sweep).
 """
 
 from __future__ import annotations
