@@ -187,6 +187,9 @@ def test_report_writes_the_fit_into_json_csv_markdown_and_suggest_reads_it(law_s
     assert line.count("\n") == 1 and "cheapest by the front: vit5, 2M parameters for 300 steps = 15 epochs" in line
     assert cli.main(["suggest", str(law_sweep / "nowhere"), "--budget-exaflops", "3"]) == 2
     assert "run `vit-jax sweep report` on the sweep first" in capsys.readouterr().err
+    assert cli.main(["report", str(law_sweep), "--bootstrap", "5"]) == 2
+    assert capsys.readouterr().err == ("vit-jax sweep report: error: --bootstrap 5: the intervals need at least 10 "
+                                       "refits (default 200)\n")
 
 
 def test_data_size_sweep_fits_each_model_against_training_examples(tmp_path):

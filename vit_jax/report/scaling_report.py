@@ -85,6 +85,12 @@ def evaluation_rows(states: list[RunState], rows: list[Row], metric: str) -> lis
     return out
 
 
+def check_bootstrap(n_boot: int) -> None:
+    """A bootstrap too small for 2.5th/97.5th percentiles is the user's setting, not a family's refusal."""
+    if n_boot < 10:
+        raise ScalingFitError(f"--bootstrap {n_boot}: the intervals need at least 10 refits (default 200)")
+
+
 def _fit_group(group: FitGroup, n_boot: int, seed: int) -> FitGroup:
     x = [getattr(r, group.cost) for r in group.points]
     error = [100 - r.accuracy[group.metric] for r in group.points]
@@ -99,6 +105,7 @@ def _fit_group(group: FitGroup, n_boot: int, seed: int) -> FitGroup:
 def compute_fits(rows: list[Row], metric: str, source: str = "sweep", *, n_boot: int = 200,
                  seed: int = 0) -> list[FitGroup]:
     """One fit per family, on that family's own Pareto front of `metric` against exaFLOPs."""
+    check_bootstrap(n_boot)
     scored = [r for r in rows if r.exaflops and r.exaflops > 0 and metric in r.accuracy]
     groups = []
     for name in sorted({group_name(r) for r in scored}):
@@ -111,6 +118,7 @@ def compute_fits(rows: list[Row], metric: str, source: str = "sweep", *, n_boot:
 
 def data_size_fits(rows: list[Row], metric: str, *, n_boot: int = 200, seed: int = 0) -> list[FitGroup]:
     """One fit per model of `metric` against training-set size (every run of the model: one per data fraction)."""
+    check_bootstrap(n_boot)
     scored = [r for r in rows if r.train_examples and metric in r.accuracy]
     return [_fit_group(FitGroup("sweep", model, "train_examples", metric,
                                 sorted((r for r in scored if r.model == model), key=lambda r: r.train_examples)),
