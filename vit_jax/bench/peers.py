@@ -54,7 +54,9 @@ def _check_comparable(model_cfg) -> None:
 def timm_peer(model_cfg, optimizer_cfg, batch: int) -> Peer:
     _check_comparable(model_cfg)
     try:
-        import timm
+        from vit_jax.bench.timm_import import import_timm
+
+        timm = import_timm()  # beside a CPU-only torch too (see timm_import.py)
         import torch
         from timm.models.vision_transformer import VisionTransformer
     except ImportError as e:
