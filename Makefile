@@ -1,6 +1,6 @@
 # Two commands do all set-up on a fresh machine (Python >= 3.11 with its headers, a C compiler and make):
 #   make demo   - builds .venv on first use, then trains the demo ViT on the embedded digits dataset
-#   make test   - builds .venv on first use, then runs the whole test suite
+#   make test   - builds .venv on first use (with the test and interop extras), then runs the whole test suite
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -21,7 +21,7 @@ $(VENV)/.installed: setup.py pyproject.toml vit_jax/data/_jpeg_crop.c vit_jax/mo
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "vit_jax needs Python >= 3.11 (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,interop]'
 	@touch $@
 
 install: $(VENV)/.installed

@@ -74,6 +74,13 @@ setup(
         # pytest-xdist: `make test` runs the suite on two workers (tests/conftest.py groups the files).
         "test": ["pytest>=8", "pytest-timeout>=2.2", "pytest-xdist>=3.6", "jax[tpu]>=0.10.2,<0.11",
                  "gcp-storage-emulator>=2026.7"],
+        # interop: the oracles of the tests that compare with another framework (timm's ResNetV2 for BiT, timm's ViT
+        # for `bench --compare timm`); `make test` installs it. torch is pinned: 2.13.0 resolves to the CPU build
+        # where pip finds that wheel (this project's machines keep it in pip's find-links), while a range admitting a
+        # newer release takes a CUDA build of several GB. timm imports torchvision, whose x86-64 wheels are built
+        # against CUDA torch: vit_jax/bench/timm_import.py lets it import beside the CPU build. timm is pinned to the
+        # release the oracle tests were written against.
+        "interop": ["torch==2.13.0", "torchvision==0.28.0", "timm==1.0.29"],
         "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
     },
