@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.interop import require_timm
 from vit_jax.bench import common, peers
 from vit_jax.bench import train as bench_train
 from vit_jax.models import vit_config
@@ -156,8 +157,9 @@ def test_compare_refuses_what_the_peers_do_not_run(tmp_path):
 
 
 def test_timm_peer_is_the_same_model():
-    """Where timm is installed (it is not a dependency), its model has exactly our parameter count."""
-    pytest.importorskip("timm", reason="timm is an optional peer, not a vit_jax dependency")
+    """timm's model has exactly our parameter count, and a step of it runs (timm comes with the interop extra, which
+    `make test` installs; it is not a dependency of vit_jax)."""
+    require_timm()
     from vit_jax.models.vit import FunctionalViT
     from vit_jax.train.config import default_config
 
