@@ -7,8 +7,8 @@ git commit — `vit-jax predict/eval/convert` need nothing else.
 
 Failing well (docs/launching.md, "Failures"): resuming walks back from the newest step to the newest one that is
 complete and restores (one line per damaged step skipped, naming the damaged file: checkpoints/damage.py; it is
-moved aside to `<step>.damaged`, never deleted, when the run saves that step again); the reads Orbax leaves behind
-when a restore fails stay silent (`--verbose` shows them);
+moved aside to `<step>.damaged` at the run's first save, never deleted); the reads Orbax leaves behind when a
+restore fails stay silent (`--verbose` shows them);
 a save that fails (disk full, permissions, quota) raises CheckpointSaveError naming the folder and the OS error,
 after removing its own temporary folder, so the trainer can stop at once with earlier checkpoints intact.
 """
@@ -213,12 +213,16 @@ class RunCheckpointer:
         # this very state: saving is idempotent, never Orbax's StepAlreadyExistsError. Orbax waits for the previous
         # save before its own check too, so this costs no extra blocking.
         self.wait()
-        if step in self._skipped:  # a damaged step this run skipped on restore: kept, under another name
-            if jax.process_index() == 0:
-                moved = self._move_aside(self.directory / str(step))
-                print(f"moved the damaged checkpoint step {step} to {moved.name}", flush=True)
-            barrier(f"checkpoint {step} moved aside")
-            self._skipped.discard(step)
+        # The damaged steps this run skipped on restore are kept, under another name, from its first save on: left
+        # as they were, Orbax's keep-N pruning would delete them once as many newer steps exist, and saving one of
+        # their steps again would collide with them. (A bucket's cut-off upload may be gone: Orbax deletes those.)
+        for skipped in sorted(self._skipped):
+            if jax.process_index() == 0 and (self.directory / str(skipped)).exists():
+                moved = self._move_aside(self.directory / str(skipped))
+                print(f"moved the damaged checkpoint step {skipped} to {moved.name}", flush=True)
+            barrier(f"checkpoint {skipped} moved aside")
+        if self._skipped:
+            self._skipped.clear()
             self.manager.reload()
         if step not in self.manager.all_steps():
             self._check_space(step, state)
@@ -321,8 +325,8 @@ class RunCheckpointer:
         """The newest step that is complete and restores: (step, state, data, meta); None if there is no step.
 
         Newer steps that are incomplete or fail to restore are skipped, each with one line from `log`; they stay on
-        disk until this run saves the same step again, when they are moved aside to `<step>.damaged` (never
-        deleted). `check_meta(meta)` may refuse a run before any restore (e.g. a different model: ConfigError).
+        disk until this run's first save, which moves them aside to `<step>.damaged` (never deleted).
+        `check_meta(meta)` may refuse a run before any restore (e.g. a different model: ConfigError).
         If steps exist but none restores: CheckpointError. All processes of a job decide together: a step is used
         only if it restored on every process.
         """
