@@ -35,6 +35,10 @@ REMOTE_REPO, REMOTE_VENV, REMOTE_LOGS = "~/vit_jax", "~/vit_jax_venv", "~/vit_ja
 # Left on every worker by `stop` (and removed when a run starts): `launch --relaunch` must not undo a deliberate stop.
 STOP_MARKER = f"{REMOTE_LOGS}/stop_requested"
 READY = {"vm": "READY", "queued": "ACTIVE"}
+# vit_jax.parallel.watchdog.LOST_PEER_EXIT_CODE (this launcher imports nothing of vit_jax): a worker whose peer was
+# lost (killed, out of memory, its host down) names it in its log and exits with this; `set -o pipefail` in the
+# train command makes it ssh's exit status.
+LOST_PEER_EXIT_CODE = 75
 # States from which the TPU never comes back by itself: delete and recreate. (Others, such as CREATING,
 # WAITING_FOR_RESOURCES, PROVISIONING, SUSPENDING or DELETING, are waited out.)
 GONE = {"PREEMPTED", "TERMINATED", "STOPPED", "SUSPENDED", "FAILED"}
@@ -45,6 +49,13 @@ GENERATIONS = {
     "v5litepod": (4, "v2-alpha-tpuv5-lite"), "v5e": (4, "v2-alpha-tpuv5-lite"),  # N counts chips, 4 per host
     "v6e": (4, "v2-alpha-tpuv6e"),
 }
+
+
+def exit_reason(rc: int) -> str:
+    """How a run's exit status reads in the launcher's messages."""
+    if rc == LOST_PEER_EXIT_CODE:
+        return f"exit {rc}: a worker lost a peer; the line 'vit_jax watchdog: lost peer ...' above names it"
+    return f"exit {rc}"
 
 
 def parse_accelerator(accelerator_type: str) -> tuple[str, int]:
@@ -273,7 +284,7 @@ class TpuPod:
                     self.delete()
                 return 0
             if not a.relaunch:
-                self.run.say(f"[tpu_vm] training stopped before the end (exit {rc}); rerun to resume")
+                self.run.say(f"[tpu_vm] training stopped before the end ({exit_reason(rc)}); rerun to resume")
                 return rc or 1
             step = self.latest_checkpoint()
             progressed, best_step = step > best_step, max(step, best_step)
@@ -291,7 +302,7 @@ class TpuPod:
                 return 0
             # Count only reruns in a row that add no checkpoint: maintenance events over a long run are no failure.
             failures = 1 if progressed else failures + 1
-            self.run.say(f"[tpu_vm] training stopped before the end (exit {rc}), TPU still {state}, latest "
+            self.run.say(f"[tpu_vm] training stopped before the end ({exit_reason(rc)}), TPU still {state}, latest "
                          f"checkpoint {step if step >= 0 else 'none'}: retry {failures}/{a.max_restarts} since "
                          "the last new checkpoint")
             if failures > a.max_restarts:
@@ -392,6 +403,9 @@ def main(argv: Sequence[str] | None = None, runner: Runner | None = None,
                 run.say(f"# --relaunch: when the TPU is preempted ({'/'.join(sorted(GONE))}), delete and recreate "
                         f"it, set it up, and run the same command again; the trainer resumes from the latest "
                         f"checkpoint in {args.workdir}. Until gs://.../summary.json exists.")
+                run.say(f"# A worker that loses a peer (killed, out of memory, host down) exits {LOST_PEER_EXIT_CODE} "
+                        "within distributed.heartbeat_timeout_s, its log naming the peer; the run is then retried on "
+                        "the same TPU (--max-restarts reruns in a row without a new checkpoint).")
             return code
         if args.command == "logs":
             return pod.logs()

@@ -52,8 +52,12 @@ def test_launch_dry_run_creates_a_spot_vm_installs_on_all_workers_and_trains_eve
     assert "tee -a ~/vit_jax_logs/train.log" in train and "echo $BASHPID > ~/vit_jax_logs/train.pid" in train
     assert "rm -f ~/vit_jax_logs/stop_requested" in train  # a new run clears an earlier `stop`
     assert "--config.distributed" not in train  # JAX reads the pod topology itself
-    assert lines[-2] == "gcloud storage ls gs://bkt/runs/b16/summary.json"
-    assert lines[-1].startswith("# --relaunch: when the TPU is preempted")
+    # The trainer's own exit status is the run's (75 from a worker whose peer was lost), not tee's or sed's.
+    assert "set -o pipefail && (echo $BASHPID" in train
+    assert lines[-3] == "gcloud storage ls gs://bkt/runs/b16/summary.json"
+    assert lines[-2].startswith("# --relaunch: when the TPU is preempted")
+    assert lines[-1].startswith("# A worker that loses a peer (killed, out of memory, host down) exits 75 within "
+                                "distributed.heartbeat_timeout_s, its log naming the peer")
 
 
 def test_queued_resource_dry_runs():
@@ -146,6 +150,17 @@ def test_relaunch_recreates_a_preempted_tpu_and_reruns_the_same_command_until_fi
                      "finished?"]
     trains = [c for c in fake.calls if c.startswith("train:")]
     assert len(trains) == 2 and trains[0] == trains[1]  # the identical command: the trainer resumes from gs://b/run
+
+
+def test_a_lost_peer_is_named_as_such_and_the_run_retried():
+    fake = FakeGcloud(states=["READY"] * 10, train_codes=[tpu_vm.LOST_PEER_EXIT_CODE, 0], finished=[False, True],
+                      checkpoints=[100])
+    said: list[str] = []
+    fake.say = said.append
+    assert launch(fake, "--relaunch") == 0
+    assert sum(c.startswith("train:") for c in fake.calls) == 2
+    assert any(line.startswith("[tpu_vm] training stopped before the end (exit 75: a worker lost a peer; the line "
+                               "'vit_jax watchdog: lost peer ...' above names it), TPU still READY") for line in said)
 
 
 def test_failures_on_a_healthy_tpu_are_retried_then_reported():

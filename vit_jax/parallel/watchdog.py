@@ -7,7 +7,8 @@ What JAX (0.10, measured on CPU with gloo) does on its own, and the gaps this mo
   *aborts* every survivor (SIGABRT from a C++ thread, exit -6, possibly a core dump) with "tasks are unhealthy
   (stopped sending heartbeats): N" buried in a stack dump. Here process 0 notices first (distributed.initialize
   makes JAX's own timeout a later backstop) and every process exits with LOST_PEER_EXIT_CODE and
-  "lost peer process N (host)".
+  "lost peer process N (host)". Gloo may abort a survivor first (std::terminate on its network thread, "768 vs 4",
+  when the peer vanished mid-collective): a terminate handler holds that thread for the verdict (_on_terminate).
 - Process 0, which hosts the coordination service, dies: JAX aborts the others at once ("leader task ... died").
   Nothing to add; it is fast.
 - A Python exception in one process: it prints the traceback, then blocks in JAX's exit-time shutdown barrier for
@@ -261,10 +262,57 @@ def _excepthook(exc_type, exc, tb) -> None:
     sys.__excepthook__(exc_type, exc, tb)
 
 
+# std::terminate's handler before ours, and ours (kept referenced: libstdc++ holds only the bare function pointer).
+_PREVIOUS_TERMINATE: Any = None
+_TERMINATE_GUARD: Any = None
+
+
+def _on_terminate() -> None:
+    """std::terminate in a multi-process job: let the watchdog name a lost peer before anything aborts.
+
+    When a peer is SIGKILLed mid-collective, Gloo's network thread can meet a message it did not expect (this
+    process's own devices out of step once one of their collectives failed: "op.preamble.length <= op.nbytes. 768
+    vs 4") and throw; the exception escapes the thread, and std::terminate prints it and aborts the process (exit
+    134) before the watchdog, which needs heartbeat_timeout_s, can say which peer was lost and exit with
+    LOST_PEER_EXIT_CODE. Here that thread waits for the watchdog's verdict instead (the others run on: only the
+    collective it served is stuck, and the process is about to leave anyway). No verdict within verdict_wait_s:
+    the failure was this process's own, and the C++ runtime reports and aborts as it would have."""
+    w = _ACTIVE
+    if w is not None:
+        from vit_jax.errors import debug_enabled
+
+        if debug_enabled():
+            _say(f"a native thread called std::terminate; waiting up to {w.verdict_wait_s:.0f}s to learn whether a "
+                 "peer was lost")
+        w.await_verdict()  # the watchdog thread exits the process here when a peer was lost
+    if _PREVIOUS_TERMINATE is not None:
+        _PREVIOUS_TERMINATE()
+    os.abort()
+
+
+def _guard_terminate() -> bool:
+    """Installs _on_terminate as the C++ runtime's terminate handler (libstdc++, which jaxlib and its Gloo use);
+    False where there is none to hook (another C++ runtime: Gloo's abort then stays as it was)."""
+    global _PREVIOUS_TERMINATE, _TERMINATE_GUARD
+    import ctypes
+
+    try:
+        set_terminate = ctypes.CDLL("libstdc++.so.6")["_ZSt13set_terminatePFvvE"]  # std::set_terminate
+    except (OSError, AttributeError):
+        return False
+    set_terminate.restype, set_terminate.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    handler = ctypes.CFUNCTYPE(None)
+    _TERMINATE_GUARD = handler(_on_terminate)
+    previous = set_terminate(ctypes.cast(_TERMINATE_GUARD, ctypes.c_void_p).value)
+    _PREVIOUS_TERMINATE = handler(previous) if previous else None
+    return True
+
+
 def start(lost_after_s: float) -> PeerWatchdog | None:
     """Starts failure handling for this process of an initialised multi-process job (no-op for one process):
-    the watchdog thread, the excepthook that turns an uncaught exception into a fast job-wide stop, and the
-    exit handler that marks a normal exit."""
+    the watchdog thread, the excepthook that turns an uncaught exception into a fast job-wide stop, the exit
+    handler that marks a normal exit, and the terminate handler that keeps Gloo's abort from pre-empting the
+    watchdog's verdict on a lost peer."""
     global _ACTIVE
     from jax._src import distributed  # the client JAX created; there is no public accessor
 
@@ -274,6 +322,7 @@ def start(lost_after_s: float) -> PeerWatchdog | None:
     _ACTIVE = PeerWatchdog(state.client, state.process_id, state.num_processes, lost_after_s=lost_after_s,
                            coordinator=state.coordinator_address or "").start()
     sys.excepthook = _excepthook
+    _guard_terminate()
     # Registered after JAX's own exit handler, so it runs before JAX's shutdown barrier.
     atexit.register(_ACTIVE.mark_done)
     return _ACTIVE
