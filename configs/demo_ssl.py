@@ -17,7 +17,8 @@ summary. Measured numbers, time and seeds: docs/ssl.md.
 
 from pathlib import Path
 
-from vit_jax.models.flops import mae_flops, model_flops
+from vit_jax.models.build import model_flops
+from vit_jax.models.flops import mae_flops
 from vit_jax.models.mae import MAEConfig
 from vit_jax.train.config import config_module, model_config, parse_config_args
 

@@ -24,6 +24,10 @@ class UserError(Exception):
     exit_code = USAGE_EXIT_CODE
 
 
+class ConfigError(UserError, ValueError):
+    """A config key or value a user wrote is not valid; the message names the fix."""
+
+
 def debug_enabled() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 

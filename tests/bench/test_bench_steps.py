@@ -97,7 +97,7 @@ def test_windowed_attention_options_reach_the_benchmarked_model(tmp_path):
 def test_a_bit_resnet_is_benchmarked_by_name(tmp_path):
     """#18: `--variant BiT-...` builds the trainer's ResNet; its FLOPs are the ResNet count, it has no token count."""
     from vit_jax.models.bit_config import bit_config
-    from vit_jax.models.flops import model_flops
+    from vit_jax.models.build import model_flops
 
     out = tmp_path / "bit.json"
     assert bench_train.main(["--variant", "BiT-R1-1x1", "--image-size", "32", "--num-classes", "10", "--batch", "2",

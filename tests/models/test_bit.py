@@ -8,7 +8,8 @@ import pytest
 from tests.models.xla_cost import xla_flops_per_image
 from vit_jax.models.bit_config import ModelConfigError, bit_config, is_bit_name, parse_bit_name
 from vit_jax.models.build import build_model
-from vit_jax.models.flops import bit_flops, model_flops
+from vit_jax.models.build import model_flops
+from vit_jax.models.flops import bit_flops
 
 # timm 1.0.31's resnetv2_*_bit with 1000 classes (sum of numel over model.parameters()).
 TIMM_PARAMS = {"BiT-R50x1": 25_549_352, "R101x1": 44_541_480, "R50x3": 217_319_080, "R152x2": 236_335_208}

@@ -46,13 +46,13 @@ def test_two_training_steps_of_a_tiny_bit(tmp_path, digits_data_dir):
 def test_vit_options_on_a_bit_are_a_config_error():
     c = default_config()
     c.model.variant, c.model.drop_path = "BiT-R50x1", 0.1
-    with pytest.raises(ConfigError, match=r"BiT ResNet, which has no model.drop_path"):
+    with pytest.raises(ConfigError, match=r"BiT model, which has no model.drop_path"):
         model_config(c, 10)
     c.model.drop_path = 0.0
     assert model_config(c, 10).name == "BiT-R50x1"
     # The same check when the ResNet comes from init.checkpoint (model.variant empty).
     c.model.variant, c.model.drop_path = "", 0.1
-    with pytest.raises(ConfigError, match=r"init.checkpoint \(BiT-R50x1\) is a BiT ResNet, which has no model.drop_path"):
+    with pytest.raises(ConfigError, match=r"init.checkpoint \(BiT-R50x1\) is a BiT model, which has no model.drop_path"):
         model_config(c, 10, architecture=BiTConfig())
     c.model.drop_path = 0.0
     assert model_config(c, 7, architecture=BiTConfig()) == BiTConfig(num_classes=7)

@@ -155,7 +155,7 @@ def test_evaluators_are_chosen_by_name(tmp_path):
     def kinds():
         return [type(h).__name__ for h in hooks.default_hooks(ctx, writer=None)]
 
-    assert kinds() == ["LogHook", "EvalHook", "FewShotHook", "CheckpointHook"]
+    assert kinds() == ["LogHook", "ObjectiveEvalHook", "FewShotHook", "CheckpointHook"]
     c.eval.evaluators = ("fewshot",)
     assert kinds() == ["LogHook", "FewShotHook", "CheckpointHook"]
     c.eval.evaluators = ("clasification",)
@@ -174,5 +174,5 @@ def test_windowed_attention_options_reach_the_model_and_are_validated():
     with pytest.raises(ValueError, match="class token"):
         model_config(c, num_classes=10)
     c.model.update(window_size=0, global_blocks=[], pool="gap", dense=True)
-    with pytest.raises(ConfigError, match="vit-jax predict --features"):
-        model_config(c, num_classes=10)
+    with pytest.raises(ConfigError, match="vit-jax predict --features"):  # the classification objective's check
+        validate(c)

@@ -7,7 +7,8 @@ import pytest
 
 from tests.conftest import ROOT
 from vit_jax.data import pipeline
-from vit_jax.models.flops import mae_flops, model_flops
+from vit_jax.models.build import model_flops
+from vit_jax.models.flops import mae_flops
 from vit_jax.models.mae import MAEConfig
 from vit_jax.train.config import model_config
 from vit_jax.train.stages import stage_configs

@@ -102,7 +102,7 @@ def test_a_segmentation_config_takes_a_classifiers_architecture_as_a_dense_backb
     ({"model.dense": False}, "set model.dense=True and segmentation.num_classes"),
     ({"segmentation.num_classes": 0}, "segmentation.num_classes"),
     ({"eval.evaluators": ("classification",)}, r"eval.evaluators=\(\"segmentation\", \"fewshot\"\)"),
-    ({"objective": "classification", "eval.evaluators": ("classification",)}, "train it with objective='segmentation'"),
+    ({"objective": "classification", "eval.evaluators": ("classification",)}, "choose an objective for dense features"),
 ])
 def test_config_errors(tmp_path, overrides, match):
     c = apply_overrides(load_config("demo_seg"), overrides)

@@ -180,7 +180,7 @@ def add_eval_of(report: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
 def eval_step_report(program, spec: dict[str, Any]) -> dict[str, Any]:
     """The eval step compiled for the same devices, at the config's eval batch size."""
     eval_batch = int(program.config.eval.batch_size or spec["batch"])
-    compiled, seconds, oom = _compile(lambda: program.eval_step.lower(program.abstract_state["params"],
+    compiled, seconds, oom = _compile(lambda: program.eval_step.lower(program.abstract_eval_view(),
                                                                       program.eval_batch_spec(eval_batch)))
     out: dict[str, Any] = {"batch": eval_batch, "compile_s": seconds}
     if oom is not None:

@@ -77,15 +77,14 @@ def parse_mesh(text: str) -> tuple[int, int, int]:
 def training_config(args: argparse.Namespace, *, optimizer: str = "adamw", mu_dtype: str = "float32",
                     micro_batches: int = 1):
     """The trainer's own config for these benchmark arguments (validated like any config file)."""
+    from vit_jax.models.build import family_for_variant
     from vit_jax.train import config as config_lib
-
-    from vit_jax.models.bit_config import is_bit_name
 
     c = config_lib.default_config()
     m = c.model
     m.variant, m.image_size, m.dtype, m.remat = args.variant, args.image_size, args.dtype, args.remat
-    # scan None (the planner's default): scanned for a ViT, left off for a BiT ResNet (it has no scan).
-    m.scan = args.scan if args.scan is not None else not is_bit_name(args.variant)
+    # scan None (the planner's default): scanned where the variant's family has the option (a ResNet has none).
+    m.scan = args.scan if args.scan is not None else "scan" in family_for_variant(args.variant).schema
     m.width, m.depth, m.mlp_dim, m.num_heads, m.patch_size = args.width, args.depth, args.mlp_dim, args.heads, args.patch
     m.pool, m.window_size, m.global_blocks, m.rel_pos = (args.pool, args.window_size, tuple(args.global_blocks),
                                                          args.rel_pos)

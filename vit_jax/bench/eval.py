@@ -30,7 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     import jax.numpy as jnp
 
     from vit_jax.bench.train import synthetic_batch
-    from vit_jax.runtime import jit_once
 
     program = common.build(args)
     spec = dict(program.batch_spec(args.batch))
@@ -38,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.compile_only:
         batch = synthetic_batch(program, args.batch)
         batch["_mask"] = jax.device_put(jnp.ones((args.batch,), jnp.bool_), program.batch_sh)
-        params = jit_once(program.model.init, out_shardings=program.param_sh)(jax.random.key(0))
-    abstract_params = program.abstract_state["params"]
+        params = program.init_eval_view(0)
+    abstract_params = program.abstract_eval_view()
     out = {}
 
     def run_step(compiled) -> None:

@@ -65,6 +65,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--micro-batches", type=int, default=None)
     p.add_argument("--config", default="", help="plan a trainer config (FILE.py[:ARGS], plus --config.KEY=VALUE "
                    "overrides) instead of the model flags")
+    p.add_argument("--stage", default="", help="of a multi-stage config (config.stages): plan this stage's run, its "
+                   "overrides applied (e.g. configs/demo_ssl.py --stage pretrain)")
     p.add_argument("--topology", default="", help="TPU slice: v3:8x8, v4:2x2x4, v5e:4x4, ... or v3-128, v4-32, "
                    "v5litepod-16, v6e-64; or GPUs: h100:8, h200:2x8 (hosts x GPUs). Sets the devices and their memory")
     p.add_argument("--compiler", default="auto", choices=("auto", "tpu", "gpu", "cpu"),
@@ -91,6 +93,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         p.error(f"unrecognized arguments: {' '.join(a for a in rest if a not in overrides)}")
     if overrides and not args.config:
         p.error("--config.KEY=VALUE overrides need --config FILE.py")
+    if args.stage and not args.config:
+        p.error("--stage needs --config FILE.py")
     return args, overrides
 
 

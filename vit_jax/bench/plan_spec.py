@@ -35,10 +35,24 @@ def load_trainer_config(config: str, overrides: list[str]) -> ml_collections.Con
     return c
 
 
-def num_classes_of(config: ml_collections.ConfigDict) -> int:
-    """The head size the trainer would use: the dataset's class count, read from its builder (no data needed)."""
-    from vit_jax.data.datasets import Dataset, make_builder
+def stage_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
+    """The config of one stage of a multi-stage config, as the trainer runs it (train/stages.py)."""
+    from vit_jax.train.stages import stage_configs
 
+    stages = dict(stage_configs(config, workdir="WORKDIR"))
+    if name not in stages:
+        raise SystemExit(f"--stage {name}: the config's stages are {', '.join(stages) or 'none'}")
+    return stages[name]
+
+
+def num_classes_of(config: ml_collections.ConfigDict) -> int:
+    """The dataset's class count the trainer would give the objective, read from its builder (no data needed); 0
+    when the objective's model takes no head size from the dataset (MAE, segmentation: train/objectives/)."""
+    from vit_jax.data.datasets import Dataset, make_builder
+    from vit_jax.train.objectives import objective_class
+
+    if objective_class(config.objective).head_classes(config, 1) == 0:
+        return 0
     name = config.data.name
     try:
         n = Dataset(name, make_builder(name, config.data.data_dir or "/nonexistent")).num_classes
@@ -56,6 +70,8 @@ def spec_config(spec: dict[str, Any]) -> ml_collections.ConfigDict:
 
     if spec.get("config"):
         c = load_trainer_config(spec["config"], list(spec.get("overrides", ())))
+        if spec.get("stage"):
+            c = stage_config(c, spec["stage"])
     else:
         ns = argparse.Namespace(**spec)
         c = common.training_config(ns, optimizer=spec.get("optimizer", "adamw"), mu_dtype=spec.get("mu_dtype",

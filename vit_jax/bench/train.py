@@ -40,19 +40,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def synthetic_batch(program, batch_size: int, seed: int = 0) -> dict[str, Any]:
-    """Images uniform in [-1, 1] with random one-hot labels, generated directly into the batch sharding."""
+    """A random batch of the program's objective (its batch spec: for a classifier, images uniform in [-1, 1] with
+    random one-hot labels), generated directly into the batch sharding."""
+    import functools
+
     import jax
-    import jax.numpy as jnp
 
-    h, w = program.model_cfg.image_size
-    n = program.model_cfg.num_classes
-
-    def make(key):
-        k_img, k_lab = jax.random.split(key)
-        label = jax.random.randint(k_lab, (batch_size,), 0, n)
-        return {"image": jax.random.uniform(k_img, (batch_size, h, w, 3), jnp.float32, -1.0, 1.0),
-                "labels": jax.nn.one_hot(label, n, dtype=jnp.float32), "label": label.astype(jnp.int32)}
-
+    make = functools.partial(program.objective.synthetic_batch, batch_size=batch_size)
     return jax.jit(make, out_shardings=program.batch_sh)(jax.random.key(seed))
 
 

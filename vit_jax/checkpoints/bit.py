@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from vit_jax.checkpoints.layouts import CheckpointMismatchError, check_against, flatten, save_npz, unflatten
+from vit_jax.checkpoints import formats
+from vit_jax.checkpoints.layouts import (CheckpointMismatchError, check_against, flatten, load_npz, save_npz,
+                                         unflatten)
 from vit_jax.models.bit_config import BIT_GN_EPS, BIT_WS_EPS, TIMM_GN_EPS, TIMM_WS_EPS, BiTConfig
 
 NPZ_PREFIX = "resnet/"
@@ -221,3 +223,55 @@ def load_bit_timm(path: str, *, fallback_image_size=None) -> tuple[BiTConfig, di
     with safe_open(path, "np") as f:
         meta = f.metadata() or {}
     return from_bit_timm(load_file(path), bit_meta(meta), fallback_image_size=fallback_image_size)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# On the checkpoint-format registry (checkpoints/formats.py): BiT's readers and `vit-jax convert`'s exporter.
+
+def is_bit_npz_file(path: str) -> bool:
+    """Whether an .npz holds a big_transfer ResNet (reads the archive's names only; local or remote)."""
+    import zipfile
+
+    from etils import epath
+
+    try:
+        with epath.Path(path).open("rb") as f:
+            return any("root_block/standardized_conv2d/kernel" in n for n in zipfile.ZipFile(f).namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False  # not ours to read: the .npz reader of last resort names what is wrong
+
+
+def load_bit_npz(path: str, *, fallback_image_size=None, **_) -> tuple[BiTConfig, dict[str, Any]]:
+    notes: list[str] = []
+    raw = load_npz(path, notes)
+    for note in notes:
+        print(f"{path}: {note}")
+    return from_bit_npz(raw, fallback_image_size=fallback_image_size)
+
+
+def export(cfg: BiTConfig, params: dict[str, Any], dst: str,
+           request: formats.ExportRequest) -> tuple[BiTConfig, list[str], str]:
+    """big_transfer .npz or timm safetensors, with a new zero-initialised head on request."""
+    if request.to not in ("official", "timm") or request.drop_pre_logits:
+        raise formats.ExportError("BiT ResNets have no big_vision layout and no pre-logits layer; use --to official "
+                                  "(big_transfer layout) or --to timm")
+    notes = []
+    if request.image_size:  # BiT's parameters do not depend on the resolution: only the recorded size changes
+        cfg = cfg.replace(image_size=request.image_size)
+    if request.num_classes is not None:
+        cfg = cfg.replace(num_classes=request.num_classes)
+        params = {k: v for k, v in params.items() if k != "head"}
+        if request.num_classes:
+            dtype = params["norm"]["scale"].dtype  # zero-initialised, as BiT initialises its head
+            params["head"] = {"kernel": np.zeros((cfg.out_channels, cfg.num_classes), dtype),
+                              "bias": np.zeros((cfg.num_classes,), dtype)}
+        notes.append(f"head: replaced by a zero-initialised one of {request.num_classes} classes")
+    (save_bit_timm if request.to == "timm" else save_bit_npz)(dst, params, cfg)
+    return cfg, notes, f"{'timm' if request.to == 'timm' else 'big_transfer'} layout"
+
+
+formats.register_reader(formats.Reader(family="BiT", suffix=".npz", recognise=is_bit_npz_file, load=load_bit_npz))
+formats.register_reader(formats.Reader(
+    family="BiT", suffix=".safetensors", recognise=is_bit_timm_file,
+    load=lambda path, **kw: load_bit_timm(path, fallback_image_size=kw.get("fallback_image_size"))))
+formats.register_exporter(formats.Exporter(family="BiT", targets=("official", "timm"), export=export))

@@ -1,6 +1,7 @@
 """One entry point for every checkpoint a user may hold: `load_any(path) -> (model config, params)`.
 
-The config's type names the model family (ViTConfig or BiTConfig); `vit_jax.models.build.build_model(cfg)` builds it.
+The config belongs to some model family (models/family.py); `vit_jax.models.build.build_model(cfg)` builds it. Files
+are read by the format readers the families register (checkpoints/formats.py); the built-in ones are imported here.
 """
 
 from __future__ import annotations
@@ -9,14 +10,13 @@ import os
 import sys
 from typing import Any
 
+from vit_jax.checkpoints import bit, formats, vit_formats  # noqa: F401  (bit, vit_formats: they register readers)
 from vit_jax.checkpoints.layouts import CheckpointReadError, ImageSizeRequiredError
 from vit_jax.errors import one_line
-from vit_jax.models.bit_config import BiTConfig
-from vit_jax.models.config import ViTConfig
 from vit_jax.storage.remote import is_url
 
 
-def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
+def load_any(path: str, **infer_kw: Any) -> tuple[Any, dict[str, Any]]:
     """Loads parameters (numpy, our nested layout) and the architecture from any supported checkpoint.
 
     - `.npz`: official ViT / AugReg or big_vision layout (architecture inferred from the arrays; `infer_kw` go to
@@ -30,27 +30,19 @@ def load_any(path: str, **infer_kw: Any) -> tuple[ViTConfig | BiTConfig, dict[st
     path = os.fspath(path)
     check_exists(path)
     remote = is_url(path)
-    if path.endswith(".npz"):
-        from vit_jax.checkpoints.npz import load_npz_params
-
-        return load_npz_params(path, **infer_kw)
-    if path.endswith(".safetensors"):
+    if path.endswith(formats.suffixes()):
         from safetensors import SafetensorError
 
-        from vit_jax.checkpoints.bit import is_bit_timm_file, load_bit_timm
-        from vit_jax.checkpoints.timm import load_timm
-
         try:
-            if is_bit_timm_file(path):
-                return load_bit_timm(path, fallback_image_size=infer_kw.get("fallback_image_size"))
-            return load_timm(path)
+            reader = formats.reader_for(path)
+            return reader.load(path, **infer_kw)
         except SafetensorError as e:
             raise CheckpointReadError(f"{path} is not a readable .safetensors file ({one_line(e)})") from e
     if os.path.isdir(path) or remote:
         from vit_jax.checkpoints.training import load_params_from_run
 
         return load_params_from_run(path)
-    raise CheckpointReadError(f"{path}: not an .npz, .safetensors or training checkpoint directory")
+    raise CheckpointReadError(f"{path}: not an {', '.join(formats.suffixes())} or training checkpoint directory")
 
 
 def check_exists(path: str) -> None:

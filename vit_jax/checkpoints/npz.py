@@ -30,10 +30,6 @@ def load_npz_params(path: str, cfg: ViTConfig | None = None, **infer_kw: Any) ->
     raw = load_npz(path, notes)
     for note in notes:
         print(f"{path}: {note}")
-    from vit_jax.checkpoints.bit import from_bit_npz, is_bit_npz
-
-    if cfg is None and is_bit_npz(raw):  # a big_transfer BiT ResNet-v2
-        return from_bit_npz(raw, fallback_image_size=infer_kw.get("fallback_image_size"))
     if cfg is None:
         cfg = infer_config(raw, **infer_kw)
     flat = from_layout(raw, cfg)

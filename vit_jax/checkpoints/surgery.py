@@ -74,11 +74,12 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
     if type(loaded_cfg) is not type(target_cfg):
         raise CheckpointMismatchError(f"checkpoint holds a {loaded_cfg.name} but the config builds a {target_cfg.name} "
                                       "(another model family)")
-    to_dense = isinstance(target_cfg, ViTConfig) and target_cfg.dense and not loaded_cfg.dense
-    prefix = 1 if isinstance(loaded_cfg, ViTConfig) and loaded_cfg.pool == "token" else 0
+    pooled = hasattr(target_cfg, "pool")  # a family with a pooling choice (and a class token with "token": a ViT)
+    to_dense = pooled and target_cfg.dense and not loaded_cfg.dense
+    prefix = 1 if pooled and loaded_cfg.pool == "token" else 0
     if to_dense:  # a classifier's encoder as a dense backbone: no class token, final LayerNorm or pooling
         prefix = _strip_for_dense(src, prefix, notes)
-    if isinstance(target_cfg, ViTConfig) and not to_dense and loaded_cfg.pool != target_cfg.pool and not (
+    if pooled and not to_dense and loaded_cfg.pool != target_cfg.pool and not (
             {loaded_cfg.pool, target_cfg.pool} <= {"token", "gap"} and "pos_embedding" not in dst):
         raise CheckpointMismatchError(
             f"checkpoint pools with '{loaded_cfg.pool}' but the config asks for '{target_cfg.pool}'; set "

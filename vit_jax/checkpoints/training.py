@@ -32,8 +32,6 @@ from etils import epath
 
 from vit_jax.checkpoints import damage
 from vit_jax.errors import UserError, debug_enabled, one_line
-from vit_jax.models.bit_config import BiTConfig
-from vit_jax.models.config import ViTConfig
 from vit_jax.parallel.distributed import all_processes, barrier
 from vit_jax.storage.remote import is_url
 
@@ -380,34 +378,42 @@ def load_run_metadata(path: str) -> dict:
     return json.loads((step_dir / "meta" / "metadata").read_text())
 
 
-def model_config_from_meta(meta: dict) -> ViTConfig | BiTConfig:
-    from vit_jax.models.bit_config import bit_config
-    from vit_jax.models.config import vit_config
+def model_config_from_meta(meta: dict) -> Any:
+    """The model config (of its family: models/family.py) a checkpoint's metadata records."""
+    from vit_jax.models.build import from_meta
 
-    model = meta["model"]
-    return bit_config(**model) if "width_factor" in model else vit_config(**model)  # BiT: its own fields
+    return from_meta(meta)
 
 
-def load_params_from_run(path: str, shapes: Any = None) -> tuple[ViTConfig | BiTConfig, dict[str, Any]]:
+def load_params_from_run(path: str, shapes: Any = None) -> tuple[Any, dict[str, Any]]:
     """Parameters (numpy) and architecture of one of our checkpoints, restored onto this host's CPU memory.
 
     By default the parameters of the model the architecture describes (of a self-supervised run: the encoder, its
     pretraining head or decoder left out); `shapes` (a pytree of arrays' shapes) restores those parameters instead."""
+    cfg, out = load_state_from_run(path, {"params": shapes})
+    return cfg, out["params"]
+
+
+def load_state_from_run(path: str, shapes: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Parts of one of our checkpoints' train state (numpy, on this host): `shapes` maps state keys ("params",
+    "extra": a training objective's extra state) to pytrees of arrays' shapes; "params": None means the parameters
+    of the model the checkpoint's architecture describes."""
     from vit_jax.models.build import build_model
 
     step_dir = _step_dir(path)
     cfg = model_config_from_meta(load_run_metadata(str(step_dir)))
-    shapes = build_model(cfg).shapes if shapes is None else shapes
+    if "params" in shapes and shapes["params"] is None:
+        shapes = {**shapes, "params": build_model(cfg).shapes}
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = {"params": jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)}
+    target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)
     with ocp.PyTreeCheckpointer() as ckptr:
         out = ckptr.restore(step_dir / "state", args=ocp.args.PyTreeRestore(
             item=target, restore_args=restore_args, partial_restore=True))
-    return cfg, jax.tree.map(np.asarray, out["params"])
+    return cfg, jax.tree.map(np.asarray, out)
 
 
-def model_meta(cfg: ViTConfig | BiTConfig) -> dict:
+def model_meta(cfg: Any) -> dict:
     """Model config -> JSON-able dict that `model_config_from_meta` rebuilds exactly."""
     import dataclasses
 

@@ -4,10 +4,10 @@ Evaluates any checkpoint (ours, official/big_vision .npz, timm .safetensors): to
 split with exact counts, and/or the paper's few-shot linear evaluation on frozen pre-logits features. Our
 checkpoints record their dataset and eval preprocessing, so `--checkpoint` alone is enough for them.
 
-A run of a self-supervised objective (mae, masked_patch_prediction) has no classification head: it gets its
-objective's own evaluation (the reconstruction loss; the masked-patch accuracy and loss), with the masks the run's
-evaluator drew (at its eval batch size, unless --batch-size says otherwise). A segmentation run gets its mIoU,
-pixel accuracy and loss over the whole split.
+A run gets its objective's own evaluation (train/objectives/: a classifier's top-1; MAE's reconstruction loss; the
+masked-patch accuracy; a segmentation's mIoU; any registered objective's), its model restored with any pretraining
+head and extra state, at the run's eval batch size unless --batch-size says otherwise (so masks that follow an
+example's row in its batch are the ones the run's evaluator drew). Other checkpoints are evaluated as classifiers.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+import jax
 
 from vit_jax import cli_args
 
@@ -47,45 +49,31 @@ def main(argv: list[str] | None = None) -> int:
     runtime.prepare_inference_process()
     from vit_jax.models.build import describe
     from vit_jax.checkpoints.loading import load_any
-    from vit_jax.data import pipeline
-    from vit_jax.eval.classification import evaluate
     from vit_jax.eval.fewshot import fewshot_on_datasets
     from vit_jax.eval.inference import build_inference
 
     cfg, params = load_any(args.checkpoint)
     meta = _recorded(args.checkpoint)
     recorded = meta.get("config", {})
-    objective = recorded.get("objective", "classification")
-    print(f"checkpoint {args.checkpoint}: {describe(cfg)}" + ("" if objective == "classification" else
-                                                             f", pretrained by objective '{objective}'"))
+    print(f"checkpoint {args.checkpoint}: {describe(cfg)}" + (f", trained by objective '{recorded['objective']}'"
+                                                             if "objective" in recorded else ""))
     program = build_inference(cfg, params)
     batch_sh = program.batch_sh
-    default_batch = 256
-    if objective != "classification":  # the run's evaluator's masks: they follow each example's row in its batch
-        default_batch = recorded.get("eval", {}).get("batch_size") or recorded.get("batch_size") or default_batch
+    # A run's evaluator's batch size: masks drawn per row of a batch are then the run's own.
+    default_batch = recorded.get("eval", {}).get("batch_size") or recorded.get("batch_size") or 256
     batch_size = program.global_batch(args.batch_size or default_batch)
     h, w = cfg.image_size
     pp = args.pp or meta.get("pp_eval") or f"decode|resize({h},{w})|value_range(-1,1)"
-    data_dir = args.data_dir or (meta.get("config", {}).get("data", {}).get("data_dir") or None)
+    data_dir = args.data_dir or (recorded.get("data", {}).get("data_dir") or None)
     results: dict[str, float] = {}
 
     dataset = args.dataset or meta.get("dataset", {}).get("name")
-    if dataset and objective != "classification":
-        results.update(_objective_eval(args.checkpoint, recorded, cfg, dataset, data_dir, pp, batch_size,
-                                       args.split or recorded.get("data", {}).get("eval_split") or "test"))
-    elif dataset and cfg.num_classes:
-        ds = pipeline.open_dataset(dataset, data_dir=data_dir)
-        if ds.num_classes != cfg.num_classes:
-            print(f"error: {dataset} has {ds.num_classes} classes but the checkpoint's head has {cfg.num_classes}; "
-                  "use --fewshot for a dataset with other classes", file=sys.stderr)
+    split = args.split or recorded.get("data", {}).get("eval_split") or "test"
+    if dataset:
+        out = _objective_eval(args.checkpoint, recorded, cfg, program, dataset, data_dir, pp, batch_size, split)
+        if out is None:
             return 2
-        split = args.split or meta.get("config", {}).get("data", {}).get("eval_split") or "test"
-        loss_kind = meta.get("config", {}).get("loss", {}).get("kind", "softmax_xent")
-        batches = pipeline.eval_iterator(ds, split=split, pp=pp, global_batch_size=batch_size, sharding=batch_sh)
-        out = evaluate(program.eval_step(loss_kind), program.params, batches)
-        results.update({f"eval/{k}": v for k, v in out.items()})
-        print(f"{dataset}/{split}: top1 {100 * out['top1']:.2f}% | top5 {100 * out['top5']:.2f}% | "
-              f"prec@1 {100 * out['prec1']:.2f}% | loss {out['loss']:.4f} | {int(out['count'])} examples")
+        results.update(out)
     if args.fewshot:
         out = fewshot_on_datasets(program.features(), program.params, [n for n in args.fewshot.split(",") if n],
                                   data_dir=data_dir, pp=pp, batch_size=batch_size, sharding=batch_sh, train_split=args.fewshot_train_split,
@@ -106,37 +94,45 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _objective_eval(path: str, recorded: dict, cfg, dataset: str, data_dir: str | None, pp: str, batch_size: int,
-                    split: str) -> dict[str, float]:
-    """A self-supervised run's own evaluation (train/objectives.py eval_step) on `split`: its model with the
-    pretraining head or decoder, restored from the run."""
+def _objective_eval(path: str, recorded: dict, cfg, program, dataset: str, data_dir: str | None, pp: str,
+                    batch_size: int, split: str) -> dict[str, float] | None:
+    """The checkpoint's objective's own evaluation on `split` (train/objectives/: eval_step, evaluate, report), its
+    model (with any pretraining head or decoder) and extra state restored from the run; {} for a classifier without
+    a head; None (after one line on stderr) when the dataset does not fit the head."""
     import ml_collections
 
-    from vit_jax.checkpoints.training import load_params_from_run
+    from vit_jax.checkpoints.training import load_state_from_run
     from vit_jax.data import pipeline
-    from vit_jax.eval.classification import evaluate
     from vit_jax.eval.inference import build_inference
-    from vit_jax.eval.segmentation import evaluate_segmentation
-    from vit_jax.train.config import OBJECTIVES
-    from vit_jax.train.objectives import make_objective
+    from vit_jax.train.config import default_config
+    from vit_jax.train.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 
-    name = recorded["objective"]
+    name = recorded.get("objective") or DEFAULT_OBJECTIVE  # a run recorded before objectives existed
     if name not in OBJECTIVES:
         raise SystemExit(f"error: {path} is a run of objective '{name}', which this version of vit_jax does not "
                          f"know ({', '.join(OBJECTIVES)}); evaluate it with --fewshot")
-    objective = make_objective(ml_collections.ConfigDict(recorded), cfg)
-    _, params = load_params_from_run(path, objective.model.shapes)
-    program = build_inference(cfg, params, model=objective.model)
+    config = ml_collections.ConfigDict(recorded) if recorded else default_config()
+    objective = OBJECTIVES[name].from_config(config, cfg)
     ds = pipeline.open_dataset(dataset, data_dir=data_dir)
+    if objective.uses_labels:
+        if not cfg.num_classes:
+            return {}  # a headless encoder: --fewshot evaluates it
+        if ds.num_classes != cfg.num_classes:
+            print(f"error: {dataset} has {ds.num_classes} classes but the checkpoint's head has {cfg.num_classes}; "
+                  "use --fewshot for a dataset with other classes", file=sys.stderr)
+            return None
+    extra_shapes = jax.eval_shape(objective.init_extra, jax.random.key(0))
+    if recorded:  # a run: the objective's whole model (a pretraining head, a decoder) and its extra state
+        _, state = load_state_from_run(path, {"params": objective.model.shapes,
+                                              **({"extra": extra_shapes} if extra_shapes is not None else {})})
+        program = build_inference(cfg, state["params"], model=objective.model, extra=state.get("extra"),
+                                  extra_axes=objective.extra_logical_axes())
     batches = pipeline.eval_iterator(ds, split=split, pp=pp, global_batch_size=batch_size, sharding=program.batch_sh)
-    run_eval = evaluate_segmentation if name == "segmentation" else evaluate
-    out = run_eval(program.jit(objective.eval_step()), program.params, batches)
-    out.pop("iou", None)  # segmentation's per-class array: the mean (miou) is the reported number
-    shown = {k: v for k, v in out.items() if k not in ("count", "undecodable")}
-    print(f"{dataset}/{split} ({name}): " + " | ".join(f"{k} {v:.4f}" for k, v in shown.items())
-          + f" | {int(out['count'])} examples" + (f" ({int(out['undecodable'])} undecodable, not counted)"
-                                                   if out.get("undecodable") else ""))
-    return {f"eval/{k}": v for k, v in out.items()}
+    out = objective.evaluate(program.jit_view(objective.eval_step()), program.view(), batches)
+    report = objective.report(out, config)
+    undecodable = int(out.get("undecodable", 0))
+    print(f"{dataset}/{split}: {report.line}" + (f" ({undecodable} undecodable, not counted)" if undecodable else ""))
+    return dict(report.metrics)
 
 
 def _recorded(path: str) -> dict:

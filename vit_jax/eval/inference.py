@@ -29,10 +29,21 @@ class InferenceProgram:
     param_sh: Any
     batch_sh: NamedSharding
     params: Any  # on the devices, sharded by param_sh
+    extra: Any = None  # a training objective's extra state (a teacher's weights), on the devices; None: none
+    extra_sh: Any = None
 
     def jit(self, fn: Callable) -> Callable:
         """fn(params, batch_or_images) jitted with this program's shardings."""
         return jax.jit(fn, in_shardings=(self.param_sh, self.batch_sh))
+
+    def view(self) -> Any:
+        """What an objective's eval step reads: the parameters, or (params, extra) with extra state."""
+        return self.params if self.extra is None else (self.params, self.extra)
+
+    def jit_view(self, fn: Callable) -> Callable:
+        """fn(view, batch) jitted with this program's shardings (see `view`)."""
+        view_sh = self.param_sh if self.extra is None else (self.param_sh, self.extra_sh)
+        return jax.jit(fn, in_shardings=(view_sh, self.batch_sh))
 
     def eval_step(self, loss_kind: str = "softmax_xent") -> Callable:
         return self.jit(make_eval_step(self.model, loss_kind))
@@ -51,14 +62,22 @@ class InferenceProgram:
 
 
 def build_inference(cfg: ModelConfig, params: Any, mesh: Mesh | None = None,
-                    model: FunctionalViT | None = None) -> InferenceProgram:
+                    model: FunctionalViT | None = None, extra: Any = None,
+                    extra_axes: Any = None) -> InferenceProgram:
     """Places `params` (host numpy or device arrays, our layout) on `mesh` (default: all devices, data-parallel).
-    `model`: another model of `cfg`'s encoder than the plain one (a self-supervised objective's, with its head)."""
+    `model`: another model of `cfg`'s encoder than the plain one (a training objective's, with its head).
+    `extra`: a training objective's extra state, sharded by `extra_axes` (logical axes; None: replicated)."""
     mesh = mesh if mesh is not None else mesh_lib.make_mesh()
     model = model if model is not None else build_model(cfg)
     param_sh = mesh_lib.tree_shardings(model.logical_axes, model.shapes, mesh)
+    extra_sh = None
+    if extra is not None:
+        extra_sh = (mesh_lib.tree_shardings(extra_axes, jax.eval_shape(lambda: extra), mesh) if extra_axes is not None
+                    else jax.tree.map(lambda _: mesh_lib.replicated(mesh), extra))
+        extra = jax.device_put(extra, extra_sh)
     return InferenceProgram(cfg=cfg, model=model, mesh=mesh, param_sh=param_sh,
-                            batch_sh=mesh_lib.batch_sharding(mesh), params=jax.device_put(params, param_sh))
+                            batch_sh=mesh_lib.batch_sharding(mesh), params=jax.device_put(params, param_sh),
+                            extra=extra, extra_sh=extra_sh)
 
 
 FEATURES = ("logits", "dense", "tokens")

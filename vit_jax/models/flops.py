@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from vit_jax.models.bit_config import BiTConfig
 from vit_jax.models.config import ViTConfig
 
 if TYPE_CHECKING:  # models/mae.py and mpp.py import JAX; this module stays pure Python
     from vit_jax.models.mae import MAEConfig
+    from vit_jax.models.bit_config import BiTConfig
     from vit_jax.models.mpp import MPPConfig
 
 
@@ -73,18 +73,13 @@ def _grid_block_flops(cfg: ViTConfig, block: int) -> float:
     return flops + 2.0 * 2 * gh * gw * d * cfg.mlp_dim
 
 
-def bit_flops(cfg: BiTConfig) -> Flops:
+def bit_flops(cfg: "BiTConfig") -> Flops:
     """Forward FLOPs per image of a BiT ResNet-v2 at `cfg.image_size` (convolutions and the head)."""
     parts: dict[str, float] = {}
     parts["resnet"], _, _, channels = _resnet_flops(cfg.image_size, cfg.layers, cfg.width_factor)
     if cfg.num_classes:
         parts["head"] = 2.0 * channels * cfg.num_classes
     return Flops(forward=sum(parts.values()), breakdown=parts)
-
-
-def model_flops(cfg: ViTConfig | BiTConfig) -> Flops:
-    """Forward FLOPs per image of any model family's config."""
-    return bit_flops(cfg) if isinstance(cfg, BiTConfig) else vit_flops(cfg)
 
 
 def vit_flops(cfg: ViTConfig) -> Flops:

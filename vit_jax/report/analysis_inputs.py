@@ -15,12 +15,13 @@ def load_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
     """(ViTConfig, params) of any Vision Transformer checkpoint vit_jax.checkpoints.loading.load_any reads; a BiT
     ResNet is a ValueError (every analysis reads attention, position embeddings or the patch embedding)."""
     from vit_jax.checkpoints.loading import load_any
-    from vit_jax.models.config import ViTConfig
+    from vit_jax.models.build import family_of
 
     cfg, params = load_any(str(path))
-    if not isinstance(cfg, ViTConfig):
-        raise ValueError(f"{path} holds a {cfg.name} ResNet: the analyses are of Vision Transformers (attention, "
-                         "position embeddings, patch embedding); a ResNet has none of them")
+    family = family_of(cfg)
+    if not family.analyses:
+        raise ValueError(f"{path} holds a {cfg.name} ({family.name} family) model: the analyses are of Vision "
+                         "Transformers (attention, position embeddings, patch embedding), which it has none of")
     return cfg, params
 
 

@@ -12,6 +12,7 @@ import re
 from typing import Any, Sequence
 
 from vit_jax.sweep.runs import RunState, is_accuracy, nested_get
+from vit_jax.train import objectives
 from vit_jax.train.workdir import resolve
 
 
@@ -140,8 +141,9 @@ def sweep_rows(states: list[RunState], metric: str, device_key: str = "device_da
             # Started from another run of the report: its compute is part of this result (the paper's compute axis
             # counts pretraining), and what it learnt from says which kind of pretraining this point stands for.
             exaflops = None if exaflops is None or source.exaflops is None else exaflops + source.exaflops
-            objective = nested_get(source.summary, "config", "objective") or "classification"
-            pretraining = "supervised" if objective == "classification" else f"label-free ({objective})"
+            objective = nested_get(source.summary, "config", "objective") or objectives.DEFAULT_OBJECTIVE
+            pretraining = ("supervised" if objective == objectives.DEFAULT_OBJECTIVE else
+                           f"label-free ({objective})")
         model = summary.get("model") or {}
         compute = summary.get("compute") or {}
         name = str(model.get("name") or model.get("variant") or s.name)

@@ -15,28 +15,14 @@ from typing import Any
 
 import ml_collections
 
-from vit_jax.errors import UserError
-from vit_jax.models.config import VARIANT_FIELDS, ViTConfig, vit_config
+from vit_jax.errors import ConfigError  # defined with the other user errors; its users import it from here too
+from vit_jax.models import build as models  # the model-family registry, with the built-in families registered
+from vit_jax.train import objectives
 
 
 def model_schema() -> dict[str, Any]:
-    """config.model: `variant` plus every ViTConfig field but the head size (which comes from the dataset).
-
-    Derived from the dataclass so that the model's settings are written once (models/config.py, with their
-    meaning). The fields a variant sets are 0 / () here, meaning "the variant's"; a non-zero value overrides the
-    variant (custom sizes, R50+B/16 with resnet_width=2). `image_size` is one side of a square input here.
-    """
-    schema: dict[str, Any] = {"variant": "Ti/16"}  # any variant string of vit_jax.models; "" = sizes given below
-    for field in dataclasses.fields(ViTConfig):
-        if field.name == "num_classes":
-            continue
-        if field.name in VARIANT_FIELDS:
-            schema[field.name] = () if field.name == "resnet_layers" else 0
-        elif field.name == "image_size":
-            schema[field.name] = field.default[0]
-        else:
-            schema[field.name] = field.default
-    return schema
+    """config.model: the keys of every registered model family (models/family.py), with their defaults."""
+    return models.schema()
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -87,21 +73,13 @@ def default_config() -> ml_collections.ConfigDict:
         label_smoothing=0.0,
         mixup_alpha=0.0,  # > 0: mixup on device with lambda ~ Beta(alpha, alpha)
     )
-    # What the run learns (train/objectives.py): classification (the labels), mae (masked autoencoder pretraining:
-    # labels unused; evaluate it with eval.evaluators=("reconstruction", "fewshot")) or masked_patch_prediction (the
-    # ViT paper's self-supervision: labels unused; eval.evaluators=("masked_patch", "fewshot")).
-    c.objective = "classification"
-    c.mae = dict(  # objective="mae" only (models/mae.py MAEConfig; defaults: the MAE paper's)
-        mask_ratio=0.75, decoder_width=512, decoder_depth=8, decoder_heads=16, decoder_mlp_dim=2048,
-        norm_pix_loss=True,
-    )
-    c.mpp = dict(  # objective="masked_patch_prediction" only (models/mpp.py MPPConfig; defaults: the ViT paper's)
-        target="mean_color_3bit",  # mean_color_3bit | color_4x4_3bit | pixels_l2
-        corrupt_ratio=0.5, mask_prob=0.8, random_prob=0.1,  # of the corrupted patches: [mask], random other, kept
-    )
-    # objective="segmentation" only: classes of the per-pixel labels (the batch's `segmentation` map, see the
-    # decode_mask op); label values outside [0, num_classes) (e.g. 255) are ignored. Needs model.dense=True.
-    c.segmentation = dict(num_classes=0)
+    # What the run learns (train/objectives/: classification, mae, masked_patch_prediction, segmentation, or any
+    # registered objective); each objective's own settings are a group of their own (mae.*, mpp.*, ...), with the
+    # defaults its module gives. Evaluate a run with its objective's evaluator (eval.evaluators).
+    c.objective = objectives.DEFAULT_OBJECTIVE
+    for cls in objectives.OBJECTIVES.values():
+        if cls.settings:
+            c[cls.settings] = dict(cls.defaults)
     c.mesh = dict(data=-1, fsdp=1, tensor=1)  # -1: all remaining devices
     c.checkpoint = dict(
         every_steps=0, every_epochs=0.0,  # 0 and 0.0: only at the end (and on preemption)
@@ -112,7 +90,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.eval = dict(
         # Evaluators run during training, by name (train/hooks.py EVALUATORS; big_vision's `evals`): classification
         # on data.eval_split, and few-shot linear probes (which run when eval.fewshot.datasets names datasets).
-        evaluators=("classification", "fewshot"),
+        evaluators=(objectives.objective_class(objectives.DEFAULT_OBJECTIVE).evaluator, "fewshot"),
         every_steps=0, every_epochs=0.0,  # 0 and 0.0: only at the end
         batch_size=0,  # 0: the training batch size
         fewshot=dict(
@@ -155,10 +133,6 @@ def default_config() -> ml_collections.ConfigDict:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Validation.
-
-class ConfigError(UserError, ValueError):
-    """A config key or value a user wrote is not valid; the message names the fix."""
-
 
 def _flat(c: Any, prefix: str = "") -> dict[str, Any]:
     out = {}
@@ -224,7 +198,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     choices = {"optimizer.name": ("adamw", "sgd", "adafactor"), "optimizer.schedule": ("cosine", "linear", "rsqrt",
                "staircase", "constant"), "optimizer.decay_mask": ("kernels", "all", "none"),
                "loss.kind": ("softmax_xent", "sigmoid_xent"), "optimizer.mu_dtype": ("float32", "bfloat16"),
-               "init.posemb_resize": ("bicubic", "bilinear"), "objective": OBJECTIVES}
+               "init.posemb_resize": ("bicubic", "bilinear"), "objective": tuple(objectives.OBJECTIVES)}
     for key, allowed in choices.items():
         if given[key] not in allowed:
             raise ConfigError(f"config key '{key}' is {given[key]!r}; choose one of {', '.join(allowed)}")
@@ -238,39 +212,25 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_objective(config)
 
 
-OBJECTIVES = ("classification", "mae", "masked_patch_prediction", "segmentation")
-# Each objective's own evaluator (the others need another objective's model or labels); "fewshot" suits all.
-OBJECTIVE_EVALUATORS = {"classification": "classification", "mae": "reconstruction",
-                        "masked_patch_prediction": "masked_patch", "segmentation": "segmentation"}
-# The config group of each objective's own settings (they shape the model and its loss).
-OBJECTIVE_SETTINGS = {"mae": "mae", "masked_patch_prediction": "mpp", "segmentation": "segmentation"}
-# The self-supervised objectives: they pretrain from scratch, every layer at one lr.
-PRETRAINING_OBJECTIVES = ("mae", "masked_patch_prediction")
-
-
 def _check_objective(config: ml_collections.ConfigDict) -> None:
-    own = {e: o for o, e in OBJECTIVE_EVALUATORS.items()}
-    wrong = [e for e in config.eval.evaluators if own.get(e, config.objective) != config.objective]
+    """What every objective's settings must satisfy (train/objectives/base.py), then the objective's own checks."""
+    objective = objectives.objective_class(config.objective)
+    owners = objectives.evaluator_objectives()  # "fewshot" and other generic evaluators suit every objective
+    wrong = [e for e in config.eval.evaluators if owners.get(e, config.objective) != config.objective]
     if wrong:
         raise ConfigError(f"eval.evaluators {tuple(wrong)} do not evaluate objective '{config.objective}'; use "
-                          f'eval.evaluators=("{OBJECTIVE_EVALUATORS[config.objective]}", "fewshot")')
-    if config.objective in PRETRAINING_OBJECTIVES and config.init.checkpoint:
+                          f'eval.evaluators=("{objective.evaluator}", "fewshot")')
+    if objective.pretraining and config.init.checkpoint:
         raise ConfigError(f"objective='{config.objective}' pretrains from scratch (its pretraining head is in no "
                           "checkpoint): leave init.checkpoint empty; fine-tune from the run with "
                           "objective='classification'")
-    if config.objective in PRETRAINING_OBJECTIVES and 0.0 < config.optimizer.layer_decay < 1.0:
+    if objective.pretraining and 0.0 < config.optimizer.layer_decay < 1.0:
         raise ConfigError(f"optimizer.layer_decay is for fine-tuning ({config.objective} pretrains every layer at "
                           "one lr): set optimizer.layer_decay=0")
-    if config.objective == "masked_patch_prediction":  # its settings' checks (models/mpp.py), before any data is read
-        from vit_jax.models.mpp import MPPConfig
-
-        MPPConfig(**config.mpp.to_dict())
-    if config.objective == "segmentation" and (not config.model.dense or config.segmentation.num_classes < 2):
-        raise ConfigError("objective='segmentation' reads the dense patch map of its pixel labels' classes: set "
-                          "model.dense=True and segmentation.num_classes (>= 2, background included)")
-    if config.objective != "classification" and (config.loss.mixup_alpha or config.loss.label_smoothing):
+    if not objective.uses_labels and (config.loss.mixup_alpha or config.loss.label_smoothing):
         raise ConfigError(f"loss.mixup_alpha and loss.label_smoothing act on labels, which objective "
                           f"'{config.objective}' does not use: set them to 0")
+    objective.check(config)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -312,63 +272,11 @@ def resolve_durations(config: ml_collections.ConfigDict, train_examples: int) ->
     )
 
 
-# What a checkpoint's architecture fixes, when a fine-tuning config takes its model from init.checkpoint.
-ARCHITECTURE_FIELDS = ("width", "depth", "mlp_dim", "num_heads", "patch_size", "pool", "posemb", "gelu",
-                       "resnet_layers", "resnet_width", "window_size", "global_blocks", "rel_pos", "dense", "neck_dim",
-                       "ln_eps")
-
-
 def model_config(config: ml_collections.ConfigDict, num_classes: int, architecture=None):
-    """The ViTConfig a training config describes (the head size comes from the dataset).
-
-    `architecture` (the ViTConfig of init.checkpoint) supplies the architecture when model.variant is empty;
-    sizes set in the config still override it.
-    """
-    from vit_jax.models.bit_config import is_bit_name
-
-    from vit_jax.models.bit_config import BiTConfig
-
-    m = config.model
-    if m.variant and is_bit_name(m.variant):
-        return _bit_model_config(m, num_classes)
-    if not m.variant and isinstance(architecture, BiTConfig):
-        return _bit_model_config(m, num_classes, architecture)
-    if m.dense and config.objective != "segmentation":
-        raise ConfigError("model.dense=True builds a backbone without a classification head: train it with "
-                          "objective='segmentation', or read its features with `vit-jax predict --features`")
-    # Variant fields override the variant only where set (0 / () = the variant's own value).
-    overrides = {k: m[k] for k in VARIANT_FIELDS if m[k]}
-    kw = {k: m[k] for k in m if k != "variant" and k not in VARIANT_FIELDS}
-    if not m.variant:
-        sizes = ("width", "depth", "mlp_dim", "num_heads")
-        if architecture is None and not all(m[k] for k in sizes):
-            raise ConfigError("model.variant is empty: set it (e.g. Ti/16, B/16), give width, depth, mlp_dim and "
-                              "num_heads, or set init.checkpoint to take the architecture from")
-        if architecture is not None:  # a dense config (segmentation) reads a classifier's encoder as a backbone
-            kw.update({k: getattr(architecture, k) for k in ARCHITECTURE_FIELDS
-                       if not (m.dense and k in ("dense", "pool"))})
-    return vit_config(m.variant or None, num_classes=num_classes, **{**kw, **overrides})  # set sizes win
-
-
-# The model keys a BiT ResNet uses; the others are ViT options, an error to set for a ResNet.
-BIT_FIELDS = ("variant", "image_size", "dtype", "param_dtype", "remat", "head_bias_init")
-
-
-def _bit_model_config(m: ml_collections.ConfigDict, num_classes: int, architecture=None):
-    """The BiTConfig of `model.variant` "BiT-R50x1" / "R101x3", or of the init checkpoint's BiT `architecture` (its
-    units, width and epsilons) when the variant is empty; the head size comes from the dataset."""
-    defaults = default_config().model
-    vit_only = sorted(k for k in defaults if k not in BIT_FIELDS and m[k] != defaults[k])
-    if vit_only:
-        name = f"model.variant={m.variant}" if m.variant else f"init.checkpoint ({architecture.name})"
-        raise ConfigError(f"{name} is a BiT ResNet, which has no "
-                          f"{', '.join(f'model.{k}' for k in vit_only)} (ViT options): leave them at their defaults")
-    kw = {k: m[k] for k in BIT_FIELDS[1:]}
-    if architecture is not None:
-        return architecture.replace(num_classes=num_classes, **kw)
-    from vit_jax.models.bit_config import bit_config
-
-    return bit_config(m.variant, num_classes=num_classes, **kw)
+    """The model config a training config describes (its family's: models/family.py); the head size comes from the
+    dataset. `architecture` (the config of init.checkpoint) supplies the architecture when model.variant is empty;
+    sizes set in the config still override it."""
+    return models.model_config(config.model.to_dict(), num_classes, architecture)
 
 
 def split_config_arg(arg: str | None, hint: str = "") -> dict[str, str]:

@@ -22,9 +22,9 @@ import numpy as np
 
 from vit_jax.eval.classification import evaluate
 from vit_jax.eval.fewshot import fewshot_on_datasets
-from vit_jax.eval.segmentation import evaluate_segmentation
-from vit_jax.models.bit_config import BiTConfig
+from vit_jax.models.build import family_of
 from vit_jax.storage.jsonl import read_jsonl
+from vit_jax.train import objectives
 from vit_jax.train.metrics import format_duration
 
 
@@ -68,6 +68,8 @@ class HookContext:
     progress: dict[str, Any]  # {"train_time_s", "wall_time_s", "best"}: saved in checkpoints; hooks update it
     params: Callable[[], Any]  # the current parameters
     save_checkpoint: Callable[..., None]  # (step, data_state, wait=False)
+    # What the objective's eval step reads (train/program.py eval_view): the parameters, with any extra state.
+    eval_params: Callable[[], Any] | None = None
 
 
 class Hook(abc.ABC):
@@ -183,8 +185,9 @@ class LogHook(Hook):
                         for loss, g in zip(state.get("loss", []), state.get("grad_norm", []))] + self.pending
 
 
-# Evaluators a config names in eval.evaluators: name -> a Hook class constructed as cls(ctx, writer). A new evaluator
-# (an objective's reconstruction loss, a segmentation mIoU) registers here with @evaluator("name").
+# Evaluators a config names in eval.evaluators: name -> a Hook class constructed as cls(ctx, writer). Generic
+# evaluators (few-shot) register here with @evaluator("name"); each objective's own evaluator is its `evaluator` name
+# (train/objectives/), run by ObjectiveEvalHook.
 EVALUATORS: dict[str, type[Hook]] = {}
 
 
@@ -197,21 +200,25 @@ def evaluator(name: str):
     return register
 
 
+def known_evaluators() -> list[str]:
+    return sorted({*EVALUATORS, *objectives.evaluator_objectives()})
+
+
 def check_evaluators(names) -> None:
     """Unknown names in eval.evaluators: one line with the known ones (before any data is read or code compiled)."""
     from vit_jax.train.config import ConfigError
 
-    unknown = [n for n in names if n not in EVALUATORS]
+    unknown = [n for n in names if n not in known_evaluators()]
     if unknown:
         raise ConfigError(f"eval.evaluators: unknown evaluator(s) {', '.join(map(repr, unknown))}; known: "
-                          f"{', '.join(sorted(EVALUATORS))}")
+                          f"{', '.join(known_evaluators())}")
     if len(set(names)) != len(names):
         raise ConfigError(f"eval.evaluators lists an evaluator twice: {tuple(names)}")
 
 
-@evaluator("classification")
-class EvalHook(Hook):
-    """Top-1/top-5 (single-label), precision@1 (multi-label) and loss on the eval split, exact counts."""
+class ObjectiveEvalHook(Hook):
+    """The run's objective's own evaluation on data.eval_split (every eval interval and at the end): what its
+    `report` says (metrics, the best by its ranking metric, one printed line)."""
 
     def __init__(self, ctx, writer):
         super().__init__(ctx)
@@ -221,69 +228,17 @@ class EvalHook(Hook):
         self.latest: dict[str, float] = {}
 
     def run(self, step, it):
-        result = run_eval(self.ctx)
+        objective = self.ctx.program.objective
+        report = objective.report(run_eval(self.ctx, objective.evaluate), self.ctx.config)
         self.last_step = step
-        self.latest = {f"eval/{k}": v for k, v in result.items()}
-        # The headline metric: precision@1 for sigmoid (multi-label, e.g. ImageNet-21k) training, else top-1.
-        key = "eval/prec1" if self.ctx.config.loss.kind == "sigmoid_xent" else "eval/top1"
-        keep_best(self.ctx, step, key, self.latest[key], higher_is_better=True)
+        self.latest = dict(report.metrics)
+        keep_best(self.ctx, step, report.best, self.latest[report.best], higher_is_better=report.higher_is_better)
         self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
-        prec = f"prec@1 {100 * result['prec1']:.2f}% | " if key == "eval/prec1" else ""
-        _print(f"eval step {step}: {prec}top1 {100 * result['top1']:.2f}% | top5 {100 * result['top5']:.2f}% | "
-               f"loss {result['loss']:.4f} | {int(result['count'])} examples")
+        _print(f"eval step {step}: {report.line}")
 
     def finish(self, step, it):
         if self.last_step != step:
             self.run(step, it)
-
-
-@evaluator("reconstruction")
-class ReconstructionEvalHook(EvalHook):
-    """MAE's reconstruction loss on data.eval_split (every eval interval and at the end); the lowest is the best."""
-
-    def run(self, step, it):
-        result = run_eval(self.ctx)
-        self.last_step = step
-        loss = result["reconstruction_loss"]
-        self.latest = {"eval/reconstruction_loss": loss, "eval/count": result["count"]}
-        keep_best(self.ctx, step, "eval/reconstruction_loss", loss, higher_is_better=False)
-        self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
-        _print(f"eval step {step}: reconstruction loss {loss:.4f} | {int(result['count'])} examples")
-
-
-@evaluator("masked_patch")
-class MaskedPatchEvalHook(EvalHook):
-    """Masked patch prediction's accuracy and loss on the corrupted patches of data.eval_split (the same corruptions
-    at every evaluation); the highest accuracy is the best (the lowest loss for the pixel regression target)."""
-
-    def run(self, step, it):
-        result = run_eval(self.ctx)
-        self.last_step = step
-        self.latest = {f"eval/{k}": result[k] for k in ("mpp_accuracy", "mpp_loss", "count") if k in result}
-        if "mpp_accuracy" in result:
-            keep_best(self.ctx, step, "eval/mpp_accuracy", result["mpp_accuracy"], higher_is_better=True)
-        else:
-            keep_best(self.ctx, step, "eval/mpp_loss", result["mpp_loss"], higher_is_better=False)
-        self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
-        accuracy = f"accuracy {100 * result['mpp_accuracy']:.2f}% | " if "mpp_accuracy" in result else ""
-        _print(f"eval step {step}: masked patches: {accuracy}loss {result['mpp_loss']:.4f} | "
-               f"{int(result['count'])} examples")
-
-
-@evaluator("segmentation")
-class SegmentationEvalHook(EvalHook):
-    """mIoU and pixel accuracy on data.eval_split (every eval interval and at the end); the highest mIoU is the
-    best."""
-
-    def run(self, step, it):
-        result = run_eval(self.ctx, evaluate_segmentation)
-        self.last_step = step
-        self.latest = {"eval/miou": result["miou"], "eval/pixel_acc": result["pixel_acc"], "eval/loss": result["loss"],
-                       "eval/count": result["count"]}
-        keep_best(self.ctx, step, "eval/miou", result["miou"], higher_is_better=True)
-        self.writer.write(step, {**self.latest, **progress_scalars(self.ctx, step)})
-        _print(f"eval step {step}: mIoU {100 * result['miou']:.2f}% | pixel acc {100 * result['pixel_acc']:.2f}% | "
-               f"loss {result['loss']:.4f} | {int(result['count'])} examples")
 
 
 def keep_best(ctx: HookContext, step: int, key: str, value: float, *, higher_is_better: bool) -> None:
@@ -358,7 +313,9 @@ def default_hooks(ctx: HookContext, writer) -> list[Hook]:
     # Order matters at a shared step: log, then evaluate, then checkpoint (so the checkpoint records best metrics).
     names = tuple(ctx.config.eval.evaluators)
     check_evaluators(names)
-    return [LogHook(ctx, writer), *(EVALUATORS[name](ctx, writer) for name in names), CheckpointHook(ctx)]
+    own = objectives.objective_class(ctx.config.objective).evaluator
+    return [LogHook(ctx, writer), *((ObjectiveEvalHook if name == own else EVALUATORS[name])(ctx, writer)
+                                     for name in names), CheckpointHook(ctx)]
 
 
 def _print(msg: str) -> None:
@@ -368,7 +325,8 @@ def _print(msg: str) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------------
 def run_eval(ctx: HookContext, evaluate_fn: Callable = evaluate) -> dict[str, float]:
-    """`evaluate_fn(eval_step, params, batches)` (eval/classification.py's sums by default) on data.eval_split."""
+    """`evaluate_fn(eval_step, params, batches)` (eval/classification.py's sums by default) on data.eval_split, with
+    the objective's eval view of the state (its parameters, and any extra state)."""
     from vit_jax.data import pipeline
 
     c = ctx.config
@@ -376,7 +334,7 @@ def run_eval(ctx: HookContext, evaluate_fn: Callable = evaluate) -> dict[str, fl
                                      global_batch_size=c.eval.batch_size or c.batch_size,
                                      sharding=ctx.program.batch_sh)
     with batches:
-        return evaluate_fn(ctx.program.eval_step, ctx.params(), batches)
+        return evaluate_fn(ctx.program.eval_step, (ctx.eval_params or ctx.params)(), batches)
 
 
 def features_function(program) -> Callable:
@@ -411,14 +369,14 @@ def write_summary(ctx: HookContext, step: int, hooks: list[Hook], *, skipped_ste
     examples = step * c.batch_size
     m = ctx.program.model_cfg
     flops = ctx.program.flops_per_image
-    resnet = isinstance(m, BiTConfig)  # the paper's three families: ViT, hybrid, BiT ResNet
     summary = {
         "status": "finished",
         "name": os.path.basename(ctx.workdir.rstrip("/")),
         "workdir": ctx.workdir,
         "model": {"name": m.name, "variant": c.model.variant, "params": ctx.program.model.num_params(),
-                  "image_size": list(m.image_size), "patch_size": None if resnet else list(m.patch_size),
-                  "family": "ResNet" if resnet else ("Hybrid" if m.resnet_layers else "ViT")},
+                  "image_size": list(m.image_size),
+                  "patch_size": list(m.patch_size) if hasattr(m, "patch_size") else None,
+                  "family": family_of(m).label(m)},  # the paper's three: ViT, Hybrid, ResNet
         "dataset": {"name": c.data.name, "train_examples": ctx.train_examples},
         "global_batch_size": c.batch_size,
         "steps": step,

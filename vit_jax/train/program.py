@@ -22,7 +22,7 @@ from vit_jax.parallel import mesh as mesh_lib
 from vit_jax.parallel.distributed import SyncedJit
 from vit_jax.runtime import jit_once
 from vit_jax.train import config as config_lib
-from vit_jax.train.objectives import Objective, make_objective
+from vit_jax.train.objectives import Objective, make_objective, objective_class
 from vit_jax.train.optimizer import make_optimizer, make_schedule
 from vit_jax.train.step import init_state, make_train_step
 
@@ -42,36 +42,53 @@ class TrainProgram:
     train_step: Callable  # jitted (state, batch) -> (state, metrics); the state argument is donated
     eval_step: Callable  # jitted (params, batch) -> sums
     flops_per_image: float  # analytic training FLOPs per image
-    objective: Objective  # what the run learns: model, loss, eval step (train/objectives.py)
+    objective: Objective  # what the run learns: model, loss, eval step, extra state (train/objectives/)
+    extra_sh: Any = None  # shardings of the objective's extra state (state["extra"]); None: it has none
 
     def init_state(self, seed: int, params: Any | None = None) -> dict[str, Any]:
         """Fresh state straight into its shardings (no host copy); or around given (already sharded) params."""
         key = jax.random.key(seed)
         params_key, train_key = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
         spike = bool(self.config.nan_guard.loss_spike_factor)
-        make = jit_once(lambda k, p: init_state(p, self.tx, jax.random.key_data(k), spike), out_shardings=self.state_sh)
+        base_sh = {k: v for k, v in self.state_sh.items() if k != "extra"}
+        make = jit_once(lambda k, p: init_state(p, self.tx, jax.random.key_data(k), spike), out_shardings=base_sh)
         if params is None:
             params = jit_once(self.model.init, out_shardings=self.param_sh)(params_key)
-        return make(train_key, params)
+        state = make(train_key, params)
+        if self.extra_sh is not None:  # the objective's own (frozen or EMA) state, e.g. a teacher's weights
+            state["extra"] = jax.device_put(self.objective.init_extra(jax.random.fold_in(key, 2)), self.extra_sh)
+        return state
+
+    def init_eval_view(self, seed: int) -> Any:
+        """Fresh parameters (and extra state) in their shardings, as the eval step reads them (benchmarks)."""
+        key = jax.random.key(seed)
+        params = jit_once(self.model.init, out_shardings=self.param_sh)(jax.random.fold_in(key, 0))
+        if self.extra_sh is None:
+            return params
+        return params, jax.device_put(self.objective.init_extra(jax.random.fold_in(key, 2)), self.extra_sh)
+
+    def eval_view(self, state: dict[str, Any]) -> Any:
+        """What the eval step reads of a train state: the parameters, and (params, extra) with extra state."""
+        return state["params"] if self.extra_sh is None else (state["params"], state["extra"])
 
     def init_params_host(self, seed: int) -> Any:
         """The fresh parameters on the host (fine-tuning surgery merges pretrained weights into them)."""
         return jax.device_get(jit_once(self.model.init)(jax.random.fold_in(jax.random.key(seed), 0)))
 
     def batch_spec(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
-        """Abstract global training batch (for ahead-of-time compilation without data)."""
-        h, w = self.model_cfg.image_size
-        n = self.model_cfg.num_classes
-        sh = self.batch_sh
-        return {"image": jax.ShapeDtypeStruct((global_batch_size, h, w, 3), jnp.float32, sharding=sh),
-                "labels": jax.ShapeDtypeStruct((global_batch_size, n), jnp.float32, sharding=sh),
-                "label": jax.ShapeDtypeStruct((global_batch_size,), jnp.int32, sharding=sh)}
+        """Abstract global training batch of the objective (for ahead-of-time compilation without data)."""
+        return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sh)
+                for k, (shape, dtype) in self.objective.batch_spec(global_batch_size).items()}
 
     def eval_batch_spec(self, global_batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
         """Abstract global eval batch: a training batch plus `_mask` (1 for real rows, 0 for padding)."""
         spec = self.batch_spec(global_batch_size)
         spec["_mask"] = jax.ShapeDtypeStruct((global_batch_size,), jnp.float32, sharding=self.batch_sh)
         return spec
+
+    def abstract_eval_view(self) -> Any:
+        """The eval step's first argument, abstract (as `eval_view` of abstract_state)."""
+        return self.eval_view(self.abstract_state)
 
     def compile_train_step(self, batch_spec: dict[str, jax.ShapeDtypeStruct]):
         return self.train_step.lower(self.abstract_state, batch_spec).compile()
@@ -83,7 +100,7 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
     c = config
     # An MAE model has no head: the dataset's classes are for the fine-tuning that follows; a segmentation model's
     # classes are those of its pixel labels (segmentation.num_classes).
-    model_cfg = config_lib.model_config(c, num_classes if c.objective == "classification" else 0, architecture)
+    model_cfg = config_lib.model_config(c, objective_class(c.objective).head_classes(c, num_classes), architecture)
     objective = make_objective(c, model_cfg)
     model = objective.model
     mesh = mesh_lib.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor, devices=devices)
@@ -103,7 +120,15 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
     state_sh = {k: rep for k in abstract}
     state_sh["params"] = param_sh
     state_sh["opt_state"] = mesh_lib.shardings_like_params(abstract["opt_state"], param_sh, model.shapes, mesh)
+    extra_sh = None
+    extra_shapes = jax.eval_shape(objective.init_extra, jax.random.key(0))
+    if extra_shapes is not None:  # sharded by the same logical-axis rules as the parameters
+        axes = objective.extra_logical_axes()
+        extra_sh = (mesh_lib.tree_shardings(axes, extra_shapes, mesh) if axes is not None
+                    else jax.tree.map(lambda _: rep, extra_shapes))
+        abstract["extra"], state_sh["extra"] = extra_shapes, extra_sh
     abstract_state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, state_sh)
+    eval_view_sh = param_sh if extra_sh is None else (param_sh, extra_sh)
     batch_sh = mesh_lib.batch_sharding(mesh)
     resolver = mesh_lib.activation_resolver(mesh)
 
@@ -117,9 +142,9 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
     step_fn = make_train_step(objective, tx, schedule, micro_batches=c.micro_batches, loss_spike_factor=spike)
     train_step = jax.jit(with_hints(step_fn), in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, rep),
                          donate_argnums=0)
-    eval_step = SyncedJit(jax.jit(with_hints(objective.eval_step()), in_shardings=(param_sh, batch_sh),
+    eval_step = SyncedJit(jax.jit(with_hints(objective.eval_step()), in_shardings=(eval_view_sh, batch_sh),
                                   out_shardings=rep), "eval step")
     return TrainProgram(config=c, model_cfg=model_cfg, model=model, mesh=mesh, schedule=schedule, tx=tx,
                         param_sh=param_sh, state_sh=state_sh, batch_sh=batch_sh, abstract_state=abstract_state,
                         train_step=train_step, eval_step=eval_step, flops_per_image=objective.flops.train,
-                        objective=objective)
+                        objective=objective, extra_sh=extra_sh)

@@ -29,7 +29,7 @@ def stage_configs(config: ml_collections.ConfigDict, workdir: str) -> list[tuple
     if any(not isinstance(s, (tuple, list)) or len(s) != 2 or not isinstance(s[0], str) or not isinstance(s[1], dict)
            for s in config.stages):
         raise config_lib.ConfigError("stages: give a tuple of (name, {dotted key: value}) pairs, e.g. "
-                                     "(('pretrain', {'objective': 'mae'}), ('finetune', {...}))")
+                                     "(('pretrain', {'optimizer.lr': 3e-3}), ('finetune', {...}))")
     bad = [n for n in names if not n or "/" in n or n.startswith(".")]
     if bad or len(set(names)) != len(names):
         raise config_lib.ConfigError(f"stages: names must be distinct folder names, got {names}")

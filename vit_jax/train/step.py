@@ -1,7 +1,8 @@
 """The jitted train step (a pure function of state and batch; sharding is applied by the caller). Eval steps: eval/steps.py.
 
 Train state: {"params", "opt_state", "step", "rng" (key data of the run's seed), "skipped", "consecutive_skips"}
-(and "loss_ema" with the loss-spike guard).
+(and "loss_ema" with the loss-spike guard; "extra", the objective's extra state, when it has one: read by the loss,
+not differentiated, updated by the objective after each applied step).
 All randomness of step s comes from fold_in(seed key, s), so a resumed run replays exactly the same dropout and
 mixup masks (and MAE's patch masks) as an uninterrupted one.
 """
@@ -36,17 +37,17 @@ def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.
 
 def make_train_step(objective: Objective, tx: optax.GradientTransformation, schedule: Callable, *,
                     micro_batches: int = 1, loss_spike_factor: float = 0.0) -> Callable:
-    """The train step of `objective` (train/objectives.py: it brings the model and the loss). `loss_spike_factor` > 0
+    """The train step of `objective` (train/objectives/: it brings the model, the loss and any extra state). `loss_spike_factor` > 0
     also skips a step whose loss exceeds that many times the running average of the accepted losses (the state then
     carries `loss_ema`: see init_state)."""
     grad_fn = jax.value_and_grad(objective.loss)
 
     def train_step(state, batch):
-        params = state["params"]
+        params, extra = state["params"], state.get("extra")
         key = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
         inputs = objective.inputs(batch, key)  # of the global batch: per-example randomness ignores the split
         if micro_batches == 1:
-            loss, grads = grad_fn(params, inputs, key)
+            loss, grads = grad_fn(params, inputs, key, extra)
         else:
             # Example j of micro-batch i is row j * n + i: every micro-batch spans all devices' shards evenly.
             def split(x):
@@ -54,7 +55,7 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
 
             def body(acc, xs):
                 i, mb_inputs = xs
-                loss_i, grads_i = grad_fn(params, mb_inputs, jax.random.fold_in(key, i))
+                loss_i, grads_i = grad_fn(params, mb_inputs, jax.random.fold_in(key, i), extra)
                 return jax.tree.map(jnp.add, acc, (loss_i, grads_i)), None
 
             zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
@@ -86,6 +87,8 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
             "skipped": skipped,
             "consecutive_skips": jnp.where(finite, 0, state["consecutive_skips"] + 1),
         }
+        if extra is not None:  # e.g. an EMA teacher follows the applied update; a skipped step leaves it
+            new_state["extra"] = keep_if_finite(objective.update_extra(extra, new_params, new_state["step"]), extra)
         if loss_spike_factor:  # the average the next step's loss is compared with (skipped steps do not count)
             ema = state["loss_ema"]
             new_state["loss_ema"] = jnp.where(finite, jnp.where(ema == 0, loss, 0.9 * ema + 0.1 * loss), ema)

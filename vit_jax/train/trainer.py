@@ -19,9 +19,11 @@ from vit_jax import __version__
 from vit_jax.checkpoints.training import RunCheckpointer, git_commit, model_meta
 from vit_jax.data import pp as pp_lib
 from vit_jax.errors import DIVERGED_EXIT_CODE, UserError
+from vit_jax.models.build import family_of
 from vit_jax.parallel.distributed import barrier
 from vit_jax.train import config as config_lib
 from vit_jax.train import hooks as hooks_lib
+from vit_jax.train import objectives
 from vit_jax.train import workdir as wd
 from vit_jax.train.metrics import TPU_CORES, MetricWriter, device_peak_flops, table_lookup
 from vit_jax.train.program import build_program
@@ -121,16 +123,19 @@ class Trainer:
 
     def _check_same_model(self, meta: dict) -> None:
         c, before = self.config, meta.get("config", {})
-        group = config_lib.OBJECTIVE_SETTINGS.get(c.objective)  # mae.*, mpp.*: they shape the model and its loss
-        if (before.get("objective", "classification"), before.get(group) if group else None) != (
+        group = self.program.objective.settings  # mae.*, mpp.*: they shape the model and its loss
+        old = before.get("objective", objectives.DEFAULT_OBJECTIVE)
+        if (old, before.get(group) if group else None) != (
                 c.objective, c[group].to_dict() if group else None):
             raise config_lib.ConfigError(
-                f"{self.workdir} holds a run of objective '{before.get('objective', 'classification')}' with other "
+                f"{self.workdir} holds a run of objective '{old}' with other "
                 f"settings than this config's (objective{f', {group}.*' if group else ''}); use a new --workdir")
-        if meta.get("model") != model_meta(self.model_cfg):
+        recorded, mine = meta.get("model", {}), model_meta(self.model_cfg)
+        if recorded != mine:
+            differ = sorted(k for k in {*recorded, *mine} if recorded.get(k) != mine.get(k))
             raise config_lib.ConfigError(
-                f"{self.workdir} holds a run of another model ({meta.get('model', {}).get('width')}-wide, this config "
-                f"is {self.model_cfg.width}-wide); use a new --workdir")
+                f"{self.workdir} holds a run of another model (its {', '.join(differ[:4])} differ from this config's "
+                f"{self.model_cfg.name}); use a new --workdir")
 
     def _initial_state(self) -> dict[str, Any]:
         c = self.config
@@ -160,6 +165,7 @@ class Trainer:
         self.progress["wall_time_s"] = self.wall_time_s()
         return {
             "model": model_meta(self.model_cfg),
+            "model_family": family_of(self.model_cfg).name,  # which family's config "model" is
             "config": self.config.to_dict(),
             "dataset": self.ds.description(),
             "pp_train": self.config.data.pp_train,
@@ -224,7 +230,8 @@ class Trainer:
         ctx = hooks_lib.HookContext(
             config=c, workdir=self.workdir, durations=self.dur, start_step=self.start_step,
             train_examples=self.train_examples, dataset=self.ds, program=self.program, hardware=self.hardware,
-            progress=self.progress, params=lambda: self.state["params"], save_checkpoint=self.save_checkpoint)
+            progress=self.progress, params=lambda: self.state["params"],
+            eval_params=lambda: self.program.eval_view(self.state), save_checkpoint=self.save_checkpoint)
         hooks = self._hooks = hooks_lib.default_hooks(ctx, writer)
         for hook in hooks:
             if type(hook).__name__ in self._hook_states:

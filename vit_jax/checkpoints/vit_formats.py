@@ -1,0 +1,49 @@
+"""The ViT family's checkpoint formats on the registry (checkpoints/formats.py): official / big_vision .npz and timm
+.safetensors (SAM-style backbones included) to read, and `vit-jax convert`'s exporter with its surgery (new
+resolution, new head, pre-logits dropped)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from vit_jax.checkpoints import formats
+from vit_jax.checkpoints.layouts import LAYOUTS
+from vit_jax.checkpoints.npz import load_npz_params, save_npz_params
+from vit_jax.checkpoints.surgery import adapt_params
+from vit_jax.checkpoints.timm import load_timm, save_timm
+from vit_jax.models.config import ViTConfig
+from vit_jax.models.vit import FunctionalViT
+
+
+def export(cfg: ViTConfig, params: dict[str, Any], dst: str,
+           request: formats.ExportRequest) -> tuple[ViTConfig, list[str], str]:
+    changes: dict[str, Any] = {}
+    if request.image_size:
+        changes["image_size"] = request.image_size
+    if request.num_classes is not None:
+        changes["num_classes"] = request.num_classes
+    if request.drop_pre_logits:
+        changes["rep_size"] = 0
+    notes: list[str] = []
+    if changes:
+        target = cfg.replace(**changes)
+        init = FunctionalViT(target).init(jax.random.key(0))
+        reinit = ("head",) if "num_classes" in changes or "rep_size" in changes else ()
+        params, notes = adapt_params(params, cfg, init, target, reinit=reinit, posemb_method=request.posemb_method)
+        cfg = target
+    if request.to == "timm":
+        try:
+            save_timm(dst, params, cfg)  # refuses what timm cannot express before writing anything
+        except ValueError as e:
+            raise formats.ExportError(str(e)) from e
+    else:
+        save_npz_params(dst, params, cfg, layout=request.to)
+    return cfg, notes, f"{request.to} layout"
+
+
+formats.register_reader(formats.Reader(family="ViT", suffix=".npz", recognise=None, load=load_npz_params))
+formats.register_reader(formats.Reader(family="ViT", suffix=".safetensors", recognise=None,
+                                       load=lambda path, **_: load_timm(path)))
+formats.register_exporter(formats.Exporter(family="ViT", targets=(*LAYOUTS, "timm"), export=export))
