@@ -1,11 +1,11 @@
 """The pod's storage end to end, against a real GCS API server on localhost (gcp-storage-emulator behind FaultProxy):
 dataset and workdir in the bucket, jobs given only STORAGE_EMULATOR_HOST.
 
-- prepare-data into the bucket, then the demo trains from it to >= 95% and leaves every output there; `vit-jax eval`
-  reads that run directory.
-- The 2-process launcher on the full demo: transient faults mid-read and mid-save, a SIGTERM, a checkpoint cut off
-  mid-upload by a SIGKILL: the losses are those of an undisturbed run in the bucket, and the final accuracy is
-  within a point of the local-disk demo's.
+- prepare-data into the bucket, then the full demo trains from it (reading the bucket in its own order) to >= 95%,
+  within a point of the local-disk demo's accuracy, and leaves every output there; `vit-jax eval` reads that run
+  directory.
+- The 2-process launcher on the demo's first 300 steps: transient faults mid-read and mid-save, a SIGTERM, a
+  checkpoint cut off mid-upload by a SIGKILL: the losses are bit-identical to an undisturbed run's in the bucket.
 - A bucket that is down: one line naming the path and the cause, before any compilation.
 """
 
@@ -15,7 +15,6 @@ import json
 import re
 import signal
 import sys
-import threading
 
 import pytest
 
@@ -26,15 +25,16 @@ from vit_jax.storage import remote
 pytestmark = pytest.mark.slow
 
 DEMO = f"--config={ROOT / 'configs' / 'demo.py'}"
-# The demo at its full length (1,123 steps; one evaluation at the end, no few-shot, a checkpoint every 90 steps),
-# as 2 processes of one CPU device each (on 2 cores, 2 x 2 devices ran at about half the speed: cross-process
-# collectives of 4 devices, 2026-12-04). The undisturbed reference is stopped past REFERENCE_STEPS, which covers
-# both resumes of the disturbed run; the rest of the schedule is the same program on the same state.
-CKPT_EVERY, REFERENCE_STEPS = 90, 200
-# configs/demo.py on local disk at seed 0 (README, configs/demo.py; 97.8-98.6% over seeds 0-4): the bucket run reads
+# The demo's model and data for FAULT_STEPS steps (one evaluation at the end, no few-shot, a checkpoint every 90
+# steps), as 2 processes of one CPU device each (on 2 cores, 2 x 2 devices ran at about half the speed: cross-process
+# collectives of 4 devices, 2026-12-04). 300 steps hold both resumes of the disturbed run and a checkpoint after them;
+# the full length adds only more of the same program on the same state. The bucket order's accuracy at full length
+# is the prepare-data test's below; 2 processes giving 1 process's losses, tests/launch/.
+CKPT_EVERY, FAULT_STEPS = 90, 300
+# configs/demo.py on local disk at seed 0 (README, configs/demo.py; 97.8-98.6% over seeds 0-4): a bucket run reads
 # the data in its own per-process order and must land within a point of it.
 LOCAL_DEMO_TOP1 = 0.9861
-DEMO_TRAINING = ["--config.eval.every_epochs=0", "--config.eval.fewshot.datasets=()",
+DEMO_TRAINING = ["--config.total_epochs=0", f"--config.total_steps={FAULT_STEPS}", "--config.eval.every_epochs=0", "--config.eval.fewshot.datasets=()",
                  "--config.checkpoint.every_epochs=0", f"--config.checkpoint.every_steps={CKPT_EVERY}",
                  "--config.log_every_steps=1"]  # each step's own loss (a logged loss averages the steps since the last)
 
@@ -83,13 +83,6 @@ def background_jobs(gcs, bucket_data):
             "down": Job(trainer(DEMO, f"--workdir={gcs.bucket}/runs/down", f"--config.data.data_dir={bucket_data}",
                                 *DEMO_TRAINING), env=bucket_job_env(down.url)),
         }
-        reference = jobs["undisturbed"]
-
-        def stop_reference() -> None:  # SIGTERM once past REFERENCE_STEPS: it saves and exits 0
-            reference.wait_for_step(REFERENCE_STEPS, timeout=900)
-            reference.proc.send_signal(signal.SIGTERM)
-
-        threading.Thread(target=stop_reference, daemon=True).start()
         try:
             yield {"undisturbed_run": undisturbed, **jobs}
         finally:
@@ -143,17 +136,15 @@ def test_two_processes_in_a_bucket_survive_faults_sigterm_and_a_cut_checkpoint_e
 
     undisturbed_job = background_jobs["undisturbed"]
     assert undisturbed_job.finish(timeout=900) == 0, undisturbed_job.tail()
-    assert "preempted: saved checkpoint" in undisturbed_job.output, undisturbed_job.tail()
     want, got = bucket_losses(background_jobs["undisturbed_run"]), bucket_losses(run)
     mine = summary(run)
     total = mine["steps"]
-    assert sorted(got) == list(range(1, total + 1))
-    assert max(want) >= REFERENCE_STEPS > cut
-    assert {s: got[s] for s in want} == want  # bit-identical losses at every step the reference logged
+    assert total == FAULT_STEPS > cut and sorted(got) == sorted(want) == list(range(1, total + 1))
+    assert got == want  # bit-identical losses at every step
     retried = [r["storage/retries"] for r in metric_rows(run) if r["step"] <= stop and "storage/retries" in r]
     assert retried and retried[-1] >= 1  # process 0's count of what its clients retried in segment 1
     assert mine["final"]["eval/count"] == 360  # each process evaluated its share; every example counted once
-    assert abs(mine["final"]["eval/top1"] - LOCAL_DEMO_TOP1) <= 0.01, mine["final"]
+    assert mine["final"]["eval/top1"] == summary(background_jobs["undisturbed_run"])["final"]["eval/top1"]
     assert complete_steps(run)[-1] == total and len(complete_steps(run)) == 3  # keep=3
 
 
@@ -166,8 +157,10 @@ def test_prepare_data_then_the_demo_in_a_bucket_with_only_the_emulator_variable(
     assert job.finish(timeout=900) == 0, job.tail()
     result = summary(run)
     # Streamed from the bucket (a per-process order: another draw of the data order than the local demo's, which
-    # moves the demo's accuracy as another seed does, 97.8-98.9% over seeds 0-4) it reaches the demo's promise.
+    # moves the demo's accuracy as another seed does, 97.8-98.9% over seeds 0-4) it reaches the demo's promise, and
+    # lands within a point of the local run (configs/demo.py trains 100 epochs for that).
     assert result["final"]["eval/top1"] >= 0.95 and result["final"]["eval/count"] == 360, result["final"]
+    assert abs(result["final"]["eval/top1"] - LOCAL_DEMO_TOP1) <= 0.01, result["final"]
     names = remote.listdir(run)
     assert {"checkpoints", "metrics.jsonl", "summary.json", "tb", "curves.png"} <= set(names), names
     assert complete_steps(run) and len(bucket_losses(run)) >= 9
