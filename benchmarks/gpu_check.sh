@@ -35,7 +35,7 @@ if [[ $SMOKE == 1 ]]; then
   # Any real measurement clears the default target (a run that measures no throughput does not);
   # SMOKE_TARGET_MFU lets the tests check that a measurement below the target fails.
   MODELS=("Ti/16|${SMOKE_TARGET_MFU:-0.0001}|4:none")
-  COMMON=(--image-size 32 --patch 8 --width 32 --depth 1 --mlp-dim 64 --heads 2 --num-classes 10 --dtype float32
+  COMMON=(--image-size 32 --patch-size 8 --width 32 --depth 1 --mlp-dim 64 --num-heads 2 --num-classes 10 --dtype float32
           --mesh 1,1,1 --steps 2 --warmup 1 --reference-n 256)
 else
   MODELS=("B/16|0.45|768:none 512:none 256:none" "L/16|0.50|256:none 192:none 128:none 256:dots_no_batch")
@@ -105,8 +105,8 @@ for entry in "${MODELS[@]}"; do
   for attempt in $attempts; do
     batch="${attempt%%:*}"; remat="${attempt##*:}"
     echo "gpu_check: $variant batch $batch remat $remat" >&2
-    if timeout "${ATTEMPT_TIMEOUT:-900}" "$PY" -m vit_jax.bench.train --variant "$variant" --batch "$batch" \
-        --remat "$remat" "${COMMON[@]}" --json "$json" > "$OUT_DIR/$name.log" 2>&1; then
+    if timeout "${ATTEMPT_TIMEOUT:-900}" "$PY" -m vit_jax.bench.train --variant "$variant" --batch-size "$batch" \
+        --remat "$remat" "${COMMON[@]}" --output "$json" > "$OUT_DIR/$name.log" 2>&1; then
       tail -n 1 "$OUT_DIR/$name.log"
       break
     fi

@@ -11,11 +11,11 @@ mkdir -p "$OUT_DIR"
 PY="${PYTHON:-.venv/bin/python}"
 plan() {  # tag topology args...
   local tag=$1 topology=$2; shift 2
-  "$PY" -m vit_jax.bench.plan --topology "$topology" --compiler gpu "$@" --json "$OUT_DIR/$tag.json" \
+  "$PY" -m vit_jax.bench.plan --topology "$topology" --compiler gpu "$@" --output "$OUT_DIR/$tag.json" \
     2> "$OUT_DIR/$tag.log" | tail -n 1
 }
 # The batches of benchmarks/gpu_check.sh (one H200, remat off, bf16, 224 px), so the prediction sits beside it.
-plan h200_B16_b768 h200:1 --variant B/16 --batch 768 --mesh 1,1,1 --no-scan
-plan h200_L16_b256 h200:1 --variant L/16 --batch 256 --mesh 1,1,1 --no-scan
+plan h200_B16_b768 h200:1 --variant B/16 --batch-size 768 --mesh 1,1,1 --no-scan
+plan h200_L16_b256 h200:1 --variant L/16 --batch-size 256 --mesh 1,1,1 --no-scan
 # An 8-GPU H100 host, ViT-B/16 at the paper's batch 4096, FSDP over the 8 GPUs.
-plan h100x8_B16_b4096 h100:8 --variant B/16 --batch 4096 --mesh 1,8,1 --remat dots
+plan h100x8_B16_b4096 h100:8 --variant B/16 --batch-size 4096 --mesh 1,8,1 --remat dots

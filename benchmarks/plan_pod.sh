@@ -11,8 +11,8 @@ if [[ -n "${PYTHON:-}" ]]; then PY="$PYTHON"; elif [[ -x .venv/bin/python ]]; th
 plan() {  # variant devices extra-args...
   local variant=$1 devices=$2; shift 2
   local tag="plan_${variant//\//}_${devices}${EXTRA_TAG:-}"
-  "$PY" -m vit_jax.bench.plan --variant "$variant" --batch 4096 --devices "$devices" --mesh 1,-1,1 \
-    --accelerator v3 "$@" --json "$OUT_DIR/$tag.json" 2> "$OUT_DIR/$tag.log" | tail -n 1
+  "$PY" -m vit_jax.bench.plan --variant "$variant" --batch-size 4096 --devices "$devices" --mesh 1,-1,1 \
+    --accelerator v3 "$@" --output "$OUT_DIR/$tag.json" 2> "$OUT_DIR/$tag.log" | tail -n 1
 }
 for devices in 64 256; do
   for variant in B/16 L/16 H/14; do plan "$variant" "$devices" --suggest; done

@@ -56,7 +56,7 @@ def run(out_dir: Path, only: str, force: bool) -> None:
         # The train step only (the eval step would be one more compile), and no time limit worth the name: on 2
         # busy cores an unrolled ViT-B compile for 128 TPU cores took over an hour.
         cmd = [sys.executable, "-m", "vit_jax.bench.plan", "--topology", topology, "--compiler", "tpu", "--config",
-               config, "--no-eval", "--timeout", "86400", "--json", str(path)]
+               config, "--no-eval", "--timeout", "86400", "--output", str(path)]
         print(f"[preflight] {config} on {topology}", flush=True)
         t = time.perf_counter()
         r = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True)

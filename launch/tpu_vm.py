@@ -101,7 +101,7 @@ def planner_command(accelerator_type: str, trainer_args: Sequence[str], json_pat
         raise RuntimeError("--preflight needs the trainer's --config=FILE among the arguments after --")
     path = next(a for a in config if a.startswith("--config="))[len("--config="):]
     return [python, "-m", "vit_jax.bench.plan", "--topology", accelerator_type, "--compiler", "tpu", "--config",
-            path, *[a for a in config if a.startswith("--config.")], "--json", json_path]
+            path, *[a for a in config if a.startswith("--config.")], "--output", json_path]
 
 
 def preflight(args: argparse.Namespace, say: Callable[[str], None]) -> bool:

@@ -1,13 +1,14 @@
 """The `vit-jax` entry point: every subcommand resolves to a module with a `main`, and --help is a real page."""
 
 import importlib
+import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from vit_jax import cli
+from vit_jax import cli, cli_args
 
 # What the README and the issues document as `vit-jax COMMAND`.
 DOCUMENTED = ("train", "convert", "predict", "prepare-data", "bench", "plan", "eval", "sweep", "analyze")
@@ -31,11 +32,13 @@ def test_subcommand_help_runs(name):
 # Every argparse command and sub-command (train is absl's: --config, --workdir, --config.KEY=VALUE).
 HELP_PAGES = [[name] for name in cli.COMMANDS if name not in ("train", "bench", "sweep")] + [
     ["bench", "data"], ["bench", "data", "--remote"], ["bench", "train"], ["bench", "eval"],
-    ["sweep", "run"], ["sweep", "status"], ["sweep", "report"]]
+    ["sweep", "run"], ["sweep", "status"], ["sweep", "report"], ["sweep", "suggest"]]
 
 
 def test_every_commands_flags_are_in_one_style(capsys):
     import re
+
+    pages = {}
 
     for page in HELP_PAGES:
         with pytest.raises(SystemExit) as e:
@@ -44,6 +47,32 @@ def test_every_commands_flags_are_in_one_style(capsys):
         options = set(re.findall(r"(?<![\w.])--[\w-]+", capsys.readouterr().out))
         assert options, page
         assert not [o for o in options if "_" in o], f"vit-jax {' '.join(page)}: {sorted(options)}"
+        # One name per concept (#41): the replaced spellings appear on no page.
+        assert not options & set(cli_args.DEPRECATED), f"vit-jax {' '.join(page)}: {sorted(options)}"
+        pages[" ".join(page)] = options
+    assert {"--checkpoint", "--output", "--to"} <= pages["convert"]
+    for page in ("eval", "analyze", "predict", "plan", "bench train", "bench eval", "bench data", "sweep report"):
+        assert "--output" in pages[page], page  # where results go
+    for page in ("plan", "bench train", "bench eval", "bench data", "bench data --remote"):
+        assert {"--batch-size", "--image-size"} <= pages[page], page
+
+
+def test_old_spellings_of_renamed_flags_still_work_and_name_the_new_one(capsys, tmp_path):
+    from vit_jax.bench import data as bench_data
+
+    p = cli_args.ArgumentParser(prog="vit-jax x")
+    p.add_argument("--batch-size", dest="batch", type=int)
+    p.add_argument("--output", dest="json")
+    assert vars(p.parse_args(["--batch", "8", "--json=r.json"])) == {"batch": 8, "json": "r.json"}
+    assert capsys.readouterr().err.splitlines() == ["vit-jax x: --batch is deprecated; use --batch-size",
+                                                    "vit-jax x: --json is deprecated; use --output"]
+    with pytest.raises(SystemExit):  # only where the command has the new option
+        cli_args.ArgumentParser().parse_args(["--batch", "8"])
+    assert bench_data.main(["--num-images", "8", "--batch", "2", "--steps", "1", "--repeats", "1", "--size", "16",
+                            "--workers", "1", "--no-device", "--no-per-call", "--json", str(tmp_path / "o.json")]) == 0
+    assert json.loads((tmp_path / "o.json").read_text())["batch"] == 2
+    assert cli.main(["convert", "/nowhere.npz", str(tmp_path / "x.npz"), "--to", "official"]) == 2
+    assert "SRC DST as positional arguments is deprecated; use --checkpoint SRC --output DST" in capsys.readouterr().err
 
 
 def test_old_underscore_spellings_still_work():
@@ -77,11 +106,11 @@ def test_unreadable_checkpoints_are_one_line_errors_with_exit_2(tmp_path, capsys
         tmp_path / "missing.npz": "does not exist",
     }
     for path, message in cases.items():
-        assert cli.main(["convert", str(path), str(tmp_path / "out.npz"), "--to", "official"]) == 2
+        assert cli.main(["convert", "--checkpoint", str(path), "--output", str(tmp_path / "out.npz"), "--to", "official"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"vit-jax convert: error: ") and message in err[0], err
     monkeypatch.setenv("VIT_JAX_DEBUG", "1")
-    assert cli.main(["convert", str(pickled), str(tmp_path / "out.npz"), "--to", "official"]) == 2
+    assert cli.main(["convert", "--checkpoint", str(pickled), "--output", str(tmp_path / "out.npz"), "--to", "official"]) == 2
     assert "Traceback" in capsys.readouterr().err
 
 

@@ -80,7 +80,7 @@ def test_the_teacher_is_sharded_saved_restored_and_frozen(toy_run, tmp_path, dig
 def test_vit_jax_eval_of_the_toy_run_is_its_objectives_evaluation(toy_run, tmp_path, capsys):
     workdir, summary = toy_run
     out = tmp_path / "eval.json"
-    assert cli.main(["eval", "--checkpoint", str(workdir), "--json", str(out)]) == 0
+    assert cli.main(["eval", "--checkpoint", str(workdir), "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "toy-16 (a toy: 16 tanh units, classes=10), trained by objective 'toy_distillation'" in printed
     assert "digits/test: agreement" in printed
@@ -90,7 +90,7 @@ def test_vit_jax_eval_of_the_toy_run_is_its_objectives_evaluation(toy_run, tmp_p
 def test_vit_jax_plan_plans_the_toy_run_from_its_config_file(tmp_path):
     out = tmp_path / "plan.json"
     r = subprocess.run([sys.executable, "-m", "vit_jax.bench.plan", "--config", str(TOY), "--devices", "8",
-                        "--json", str(out)], capture_output=True, text=True, env=job_env(), cwd=tmp_path,
+                        "--output", str(out)], capture_output=True, text=True, env=job_env(), cwd=tmp_path,
                        timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     plan = json.loads(out.read_text())

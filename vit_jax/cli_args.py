@@ -32,6 +32,12 @@ class _Verbose(argparse.Action):
         set_verbose()
 
 
+# The one name of each concept across commands (#41), and the spellings it replaced: an old spelling is accepted by
+# a command that has the new option (for a release), with one line on stderr naming the new one.
+DEPRECATED = {"--batch": "--batch-size", "--size": "--image-size", "--heads": "--num-heads",
+              "--patch": "--patch-size", "--json": "--output", "--out": "--output"}
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with `--a_b` accepted for a `--a-b` option (sub-parsers made by add_subparsers are of this class),
     and the shared `--verbose` (not in the parsed namespace: it only sets the process-wide switch)."""
@@ -50,6 +56,9 @@ class ArgumentParser(argparse.ArgumentParser):
                 spelled = "--" + name[2:].replace("_", "-")
                 if spelled in options:
                     return spelled + eq + value
+            if name in DEPRECATED and name not in options and DEPRECATED[name] in options:
+                print(f"{self.prog}: {name} is deprecated; use {DEPRECATED[name]}", file=sys.stderr)
+                return DEPRECATED[name] + eq + value
             return arg
 
         end = args.index("--") if "--" in args else len(args)  # after "--" everything is a positional value

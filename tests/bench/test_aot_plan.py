@@ -17,8 +17,8 @@ from vit_jax import hardware
 from vit_jax.bench import aot_plan, common, hlo, plan
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--variant", "Ti/16", "--image-size", "32", "--patch", "8", "--width", "64", "--depth", "2", "--mlp-dim", "128",
-        "--heads", "4", "--num-classes", "10", "--batch", "16"]
+TINY = ["--variant", "Ti/16", "--image-size", "32", "--patch-size", "8", "--width", "64", "--depth", "2", "--mlp-dim", "128",
+        "--num-heads", "4", "--num-classes", "10", "--batch-size", "16"]
 
 
 def test_libtpu_is_installed():
@@ -29,7 +29,7 @@ def test_libtpu_is_installed():
 def test_plan_compiles_a_tiny_vit_for_a_v4_slice(tmp_path):
     out = tmp_path / "plan.json"
     r = subprocess.run([sys.executable, "-m", "vit_jax.bench.plan", "--topology", "v4:2x2x1", *TINY, "--mesh", "1,2,2",
-                        "--json", str(out)], cwd=ROOT, text=True, capture_output=True, timeout=600)
+                        "--output", str(out)], cwd=ROOT, text=True, capture_output=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "TPU" not in r.stderr.replace("TPU v4", "")  # libtpu told what it runs on: no accelerator-type warnings
     p = json.loads(out.read_text())
@@ -61,8 +61,8 @@ def test_plan_compiles_a_bit_resnet_for_a_v4_slice(tmp_path):
     configs/bit_i21k.py an AttributeError)."""
     out = tmp_path / "plan.json"
     r = subprocess.run([sys.executable, "-m", "vit_jax.bench.plan", "--topology", "v4:2x2x1", "--variant", "BiT-R1-1x1",
-                        "--image-size", "32", "--num-classes", "10", "--batch", "8", "--mesh", "4,1,1", "--no-eval",
-                        "--json", str(out)], cwd=ROOT, text=True, capture_output=True, timeout=600)
+                        "--image-size", "32", "--num-classes", "10", "--batch-size", "8", "--mesh", "4,1,1", "--no-eval",
+                        "--output", str(out)], cwd=ROOT, text=True, capture_output=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     p = json.loads(out.read_text())
     assert (p["compiler"], p["model"], p["scan"], p["fits"]) == ("tpu", "BiT-R1-1x1", False, True)

@@ -8,8 +8,8 @@ import pytest
 from vit_jax.bench import eval as bench_eval
 from vit_jax.bench import train as bench_train
 
-TINY = ["--variant", "Ti/16", "--image-size", "16", "--patch", "8", "--width", "32", "--depth", "1", "--mlp-dim", "64",
-        "--heads", "2", "--num-classes", "10", "--steps", "3", "--warmup", "1", "--reference-n", "128",
+TINY = ["--variant", "Ti/16", "--image-size", "16", "--patch-size", "8", "--width", "32", "--depth", "1", "--mlp-dim", "64",
+        "--num-heads", "2", "--num-classes", "10", "--steps", "3", "--warmup", "1", "--reference-n", "128",
         "--compile-cache"]
 
 
@@ -37,7 +37,7 @@ def _check_consistent(r, batch, devices, flops_per_image, attention):
 
 def test_bench_train_json(tmp_path):
     out = tmp_path / "train.json"
-    assert bench_train.main(TINY + ["--batch", "8", "--mesh", "2,2,1", "--json", str(out)]) == 0
+    assert bench_train.main(TINY + ["--batch-size", "8", "--mesh", "2,2,1", "--output", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["benchmark"] == "train" and r["mesh"] == {"data": 2, "fsdp": 2, "tensor": 1}
     assert r["model"]["params"] > 0 and r["optimizer"] == "adamw"
@@ -56,8 +56,8 @@ def test_bench_train_json(tmp_path):
 
 def test_bench_eval_json(tmp_path):
     out = tmp_path / "eval.json"
-    assert bench_eval.main(TINY + ["--batch", "8", "--mesh", "1,1,1", "--cpu-attention", "xla",
-                                   "--json", str(out)]) == 0
+    assert bench_eval.main(TINY + ["--batch-size", "8", "--mesh", "1,1,1", "--cpu-attention", "xla",
+                                   "--output", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["benchmark"] == "eval" and r["examples_counted"] == 8 and r["args"]["cpu_attention"] == "xla"
     from vit_jax.models import vit_config
@@ -70,8 +70,8 @@ def test_bench_eval_json(tmp_path):
 
 def test_compile_only_reports_compile_time_and_memory_without_running(tmp_path):
     out = tmp_path / "aot.json"
-    assert bench_train.main(TINY + ["--batch", "8", "--mesh", "1,1,1", "--scan", "--compile-only",
-                                    "--json", str(out)]) == 0
+    assert bench_train.main(TINY + ["--batch-size", "8", "--mesh", "1,1,1", "--scan", "--compile-only",
+                                    "--output", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["compile_only"] and r["compile"]["compile_s"] > 0 and r["args"]["scan"]
     assert r["memory"]["xla"]["temp_size_in_bytes"] > 0
@@ -85,7 +85,7 @@ def test_windowed_attention_options_reach_the_benchmarked_model(tmp_path):
 
     out = tmp_path / "windowed.json"
     size = ["--image-size", "32", "--depth", "2", "--pool", "gap"]
-    args = [*TINY, *size, "--batch", "8", "--mesh", "1,1,1", "--compile-only", "--json", str(out)]
+    args = [*TINY, *size, "--batch-size", "8", "--mesh", "1,1,1", "--compile-only", "--output", str(out)]
     assert bench_train.main([*args, "--window-size", "2", "--global-blocks", "1", "--rel-pos"]) == 0
     r = json.loads(out.read_text())
     windowed = vit_config("Ti/16", image_size=32, patch_size=8, width=32, depth=2, mlp_dim=64, num_heads=2,
@@ -100,8 +100,8 @@ def test_a_bit_resnet_is_benchmarked_by_name(tmp_path):
     from vit_jax.models.build import model_flops
 
     out = tmp_path / "bit.json"
-    assert bench_train.main(["--variant", "BiT-R1-1x1", "--image-size", "32", "--num-classes", "10", "--batch", "2",
-                             "--mesh", "1,1,1", "--compile-only", "--json", str(out)]) == 0
+    assert bench_train.main(["--variant", "BiT-R1-1x1", "--image-size", "32", "--num-classes", "10", "--batch-size", "2",
+                             "--mesh", "1,1,1", "--compile-only", "--output", str(out)]) == 0
     r = json.loads(out.read_text())
     cfg = bit_config("BiT-R1-1x1", num_classes=10, image_size=32)
     assert r["model"]["name"] == "BiT-R1-1x1" and r["model"]["seq_len"] is None

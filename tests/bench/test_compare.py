@@ -17,9 +17,9 @@ from vit_jax.bench import common, peers
 from vit_jax.bench import train as bench_train
 from vit_jax.models import vit_config
 
-TINY = ["--variant", "Ti/16", "--image-size", "16", "--patch", "8", "--width", "32", "--depth", "1", "--mlp-dim", "64",
-        "--heads", "2", "--num-classes", "10", "--steps", "3", "--warmup", "1", "--reference-n", "128",
-        "--batch", "4", "--mesh", "1,1,1"]
+TINY = ["--variant", "Ti/16", "--image-size", "16", "--patch-size", "8", "--width", "32", "--depth", "1", "--mlp-dim", "64",
+        "--num-heads", "2", "--num-classes", "10", "--steps", "3", "--warmup", "1", "--reference-n", "128",
+        "--batch-size", "4", "--mesh", "1,1,1"]
 
 
 def test_timed_loop_runs_each_peer_right_after_each_of_our_steps():
@@ -64,7 +64,7 @@ def test_a_peer_is_timed_interleaved_and_its_ratio_reported(tmp_path, monkeypatc
 
     monkeypatch.setitem(peers.PEERS, "sleeper", sleeper)
     out = tmp_path / "compare.json"
-    assert bench_train.main([*TINY, "--compare", "sleeper", "--peer-process", "shared", "--json", str(out)]) == 0
+    assert bench_train.main([*TINY, "--compare", "sleeper", "--peer-process", "shared", "--output", str(out)]) == 0
     assert built == [(32, 1, "adamw", 4)]  # built once, for the benchmarked model, optimizer and batch
     r = json.loads(out.read_text())
     c = r["compare"]["sleeper"]
@@ -79,7 +79,7 @@ def test_peers_not_installed_are_reported_not_fatal(tmp_path, monkeypatch, capsy
     monkeypatch.setitem(sys.modules, "big_vision", None)
     out = tmp_path / "missing.json"
     assert bench_train.main([*TINY, "--compare", "timm", "--compare", "big_vision", "--peer-process", "shared",
-                             "--json", str(out)]) == 0
+                             "--output", str(out)]) == 0
     r = json.loads(out.read_text())
     assert not r["compare"]["timm"]["available"] and "pip install torch timm" in r["compare"]["timm"]["reason"]
     assert not r["compare"]["big_vision"]["available"] and "PYTHONPATH" in r["compare"]["big_vision"]["reason"]
@@ -125,7 +125,7 @@ def test_a_peer_runs_in_its_own_process_with_its_frameworks_defaults(tmp_path, p
     import jax
 
     out = tmp_path / "own.json"
-    assert bench_train.main([*TINY, "--compare", "probe", "--compare", "missing", "--json", str(out)]) == 0
+    assert bench_train.main([*TINY, "--compare", "probe", "--compare", "missing", "--output", str(out)]) == 0
     assert not jax.config.read("jax_cpu_enable_async_dispatch")  # the benchmark's own process is tuned
     r = json.loads(out.read_text())
     c = r["compare"]["probe"]
@@ -151,7 +151,7 @@ def test_a_peer_process_that_fails_is_a_clear_error(probe_module):
 
 def test_compare_refuses_what_the_peers_do_not_run(tmp_path):
     with pytest.raises(SystemExit, match="--mesh 1,1,1"):
-        bench_train.main([*TINY[:-2], "--mesh", "2,1,1", "--compare", "timm", "--json", str(tmp_path / "x.json")])
+        bench_train.main([*TINY[:-2], "--mesh", "2,1,1", "--compare", "timm", "--output", str(tmp_path / "x.json")])
     with pytest.raises(SystemExit, match="plain ViTs"):
         peers.timm_peer(vit_config("Ti/16", image_size=32, window_size=2, pool="gap"), None, 2)
 

@@ -24,7 +24,7 @@ PLANS = {  # name -> the config and its arguments; batch bytes per chip of v5e:2
 def test_plan_compiles_segmentation_mae_and_a_bit_config_for_a_v5e_slice(tmp_path):
     # Started together: most of each is a fresh interpreter importing JAX and libtpu, which overlap on 2 cores.
     procs = {name: subprocess.Popen([sys.executable, "-m", "vit_jax.bench.plan", "--topology", "v5e:2x2", *args,
-                                     "--json", str(tmp_path / f"{name}.json")], cwd=ROOT, env=job_env(),
+                                     "--output", str(tmp_path / f"{name}.json")], cwd=ROOT, env=job_env(),
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for name, (args, _) in PLANS.items()}
     outputs = {name: proc.communicate(timeout=600)[0] for name, proc in procs.items()}

@@ -94,7 +94,7 @@ def test_predict_command_on_both_layouts(files, tmp_path):
 def test_analyze_refuses_a_resnet_in_one_line(files, tmp_path, capsys):
     d, _, _ = files
     assert cli.main(["analyze", "--checkpoint", str(d / "bit.npz"), "--what", "posemb-similarity",
-                     "--out", str(tmp_path)]) == 2
+                     "--output", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "BiT-R" in err and "analyses are of Vision Transformers" in err, err
 
@@ -114,13 +114,13 @@ def test_export_gives_back_the_same_keys_and_arrays(files, tmp_path):
 def test_convert_command_between_layouts_with_a_new_head(files, tmp_path):
     d, _, bit = files
     out = tmp_path / "converted.npz"
-    assert cli.main(["convert", str(d / "bit.safetensors"), str(out), "--to", "official", "--num-classes", "3"]) == 0
+    assert cli.main(["convert", "--checkpoint", str(d / "bit.safetensors"), "--output", str(out), "--to", "official", "--num-classes", "3"]) == 0
     with np.load(out) as z:
         assert sorted(z.files) == sorted(bit)
         assert z["resnet/head/conv2d/kernel"].shape == (1, 1, 512, 3) and not z["resnet/head/conv2d/kernel"].any()
         np.testing.assert_array_equal(z["resnet/block2/unit02/b/standardized_conv2d/kernel"],
                                       bit["resnet/block2/unit02/b/standardized_conv2d/kernel"])
-    assert cli.main(["convert", str(out), str(tmp_path / "x.npz"), "--to", "big_vision"]) == 2
+    assert cli.main(["convert", "--checkpoint", str(out), "--output", str(tmp_path / "x.npz"), "--to", "big_vision"]) == 2
 
 
 def test_a_missing_key_is_a_one_line_error(files, tmp_path):

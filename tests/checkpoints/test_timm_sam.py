@@ -60,7 +60,7 @@ def test_timm_sam_state_dict_loads_and_exports_back_bit_identical(tmp_path):
     for k in sd:
         assert back[k].shape == sd[k].shape and np.array_equal(back[k], sd[k]), k
     # `vit-jax convert --to timm` writes the same tensors (and our metadata, which the next load prefers).
-    assert cli.main(["convert", path, str(tmp_path / "again.safetensors"), "--to", "timm"]) == 0
+    assert cli.main(["convert", "--checkpoint", path, "--output", str(tmp_path / "again.safetensors"), "--to", "timm"]) == 0
     again = load_file(str(tmp_path / "again.safetensors"))
     assert sorted(again) == sorted(sd) and all(np.array_equal(again[k], sd[k]) for k in sd)
     assert load_any(str(tmp_path / "again.safetensors"))[0] == cfg
@@ -105,7 +105,7 @@ def test_predict_writes_dense_and_token_maps_of_a_timm_sam_file(tmp_path, capsys
 def test_convert_to_another_resolution_resizes_posemb_and_global_rel_pos_tables(tmp_path, capsys):
     src = _save(tmp_path, timm_sam_state_dict())  # 40 px: 5x5 grid, global tables of 9 rows, windowed of 5
     dst = str(tmp_path / "56.safetensors")
-    assert cli.main(["convert", src, dst, "--to", "timm", "--image-size", "56"]) == 0
+    assert cli.main(["convert", "--checkpoint", src, "--output", dst, "--to", "timm", "--image-size", "56"]) == 0
     assert "resized encoder/rel_pos_1/h 9 -> 13 rows" in capsys.readouterr().out
     cfg, _ = load_any(dst)
     out = load_file(dst)

@@ -13,7 +13,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def analyze(golden_dir, case, out, what="all", extra=()):
-    return analyze_command.main(["--checkpoint", str(golden_dir / f"{case}.npz"), "--what", what, "--out", str(out),
+    return analyze_command.main(["--checkpoint", str(golden_dir / f"{case}.npz"), "--what", what, "--output", str(out),
                              "--images", str(golden_dir / f"{case}.io.npz"), "--batch-size", "3", *extra])
 
 
@@ -67,12 +67,12 @@ def test_hybrid_analyses_and_clear_error_for_embedding_pcs(golden_dir, tmp_path,
 
 def test_user_errors_are_one_line_with_the_fix(golden_dir, tmp_path, capsys):
     ckpt = str(golden_dir / "tiny_token.npz")
-    assert analyze_command.main(["--checkpoint", ckpt, "--what", "attention-rollout", "--out", str(tmp_path)]) == 2
+    assert analyze_command.main(["--checkpoint", ckpt, "--what", "attention-rollout", "--output", str(tmp_path)]) == 2
     assert "--images" in capsys.readouterr().err
-    assert analyze_command.main(["--checkpoint", ckpt, "--what", "attn", "--out", str(tmp_path)]) == 2
+    assert analyze_command.main(["--checkpoint", ckpt, "--what", "attn", "--output", str(tmp_path)]) == 2
     assert "choose from" in capsys.readouterr().err
     assert analyze_command.main(["--checkpoint", str(tmp_path / "none.npz"), "--what", "embedding-pcs",
-                             "--out", str(tmp_path)]) == 2
+                             "--output", str(tmp_path)]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 

@@ -7,8 +7,8 @@ from vit_jax.data import sources
 
 
 def test_data_bench_smoke(capsys):
-    args = ["--num-images", "8", "--batch", "4", "--steps", "2", "--repeats", "1", "--size", "32", "--workers",
-            "1,2", "--no-device", "--stages", "--json"]
+    args = ["--num-images", "8", "--batch-size", "4", "--steps", "2", "--repeats", "1", "--image-size", "32", "--workers",
+            "1,2", "--no-device", "--stages", "--output"]
     assert bench.main(args) == 0
     result = json.loads(capsys.readouterr().out)
     assert [(r["workers"], r["to_device"]) for r in result["ours"]] == [(1, False), (2, False)]
@@ -23,8 +23,8 @@ def test_data_bench_smoke(capsys):
 
 def test_data_bench_json_file_like_the_other_benchmarks(tmp_path, capsys):
     out = tmp_path / "data.json"
-    args = ["--num-images", "8", "--batch", "2", "--steps", "1", "--repeats", "1", "--size", "32", "--workers", "1",
-            "--no-device", "--no-per-call", "--json", str(out)]
+    args = ["--num-images", "8", "--batch-size", "2", "--steps", "1", "--repeats", "1", "--image-size", "32", "--workers", "1",
+            "--no-device", "--no-per-call", "--output", str(out)]
     assert bench.main(args) == 0
     assert json.loads(out.read_text())["ratio_per_core"] > 0
     assert "(c) ratio per core" in capsys.readouterr().out  # the table is still printed

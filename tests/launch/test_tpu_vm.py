@@ -237,4 +237,4 @@ def test_preflight_needs_the_trainer_config():
         tpu_vm.planner_command("v4-8", ["--config.batch_size=8"], "/tmp/x.json")
     cmd = tpu_vm.planner_command("v4-8", [*DEMO, "--config.batch_size=64", "--other=1"], "/tmp/x.json", python="py")
     assert cmd == ["py", "-m", "vit_jax.bench.plan", "--topology", "v4-8", "--compiler", "tpu", "--config",
-                   "configs/demo.py", "--config.batch_size=64", "--json", "/tmp/x.json"]
+                   "configs/demo.py", "--config.batch_size=64", "--output", "/tmp/x.json"]

@@ -14,8 +14,8 @@ from vit_jax.bench import data_remote
 
 def test_remote_data_bench_smoke(capsys):
     before = os.environ.get("STORAGE_EMULATOR_HOST")
-    args = ["data", "--remote", "--num-images", "48", "--shards", "6", "--window", "8", "--batch", "4", "--steps", "6",
-            "--repeats", "1", "--size", "32", "--workers", "1", "--latency-ms", "20", "--json", "-"]
+    args = ["data", "--remote", "--num-images", "48", "--shards", "6", "--window", "8", "--batch-size", "4", "--steps", "6",
+            "--repeats", "1", "--image-size", "32", "--workers", "1", "--latency-ms", "20", "--output", "-"]
     assert vit_jax.bench.main(args) == 0
     result = json.loads(capsys.readouterr().out)
     assert os.environ.get("STORAGE_EMULATOR_HOST") == before

@@ -78,7 +78,7 @@ def test_an_mae_run_resumed_from_its_step_2_checkpoint_is_bit_identical(mae_run,
 def test_vit_jax_eval_of_an_mae_run_is_its_reconstruction_evaluation(mae_run, tmp_path):
     workdir, _, summary = mae_run
     out = tmp_path / "eval.json"
-    assert cli.main(["eval", "--checkpoint", str(workdir), "--json", str(out)]) == 0
+    assert cli.main(["eval", "--checkpoint", str(workdir), "--output", str(out)]) == 0
     result = json.load(open(out))
     assert "eval/top1" not in result and result["eval/count"] == 360
     # The evaluator's masks (at the recorded eval batch size), the decoder restored: the run's final loss exactly.

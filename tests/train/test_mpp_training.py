@@ -98,7 +98,7 @@ def test_an_mpp_run_resumed_from_a_mid_run_checkpoint_is_bit_identical(mpp_run, 
 def test_vit_jax_eval_of_an_mpp_run_is_its_masked_patch_evaluation(mpp_run, tmp_path):
     workdir, summary = mpp_run
     out = tmp_path / "eval.json"
-    assert cli.main(["eval", "--checkpoint", str(workdir), "--json", str(out)]) == 0
+    assert cli.main(["eval", "--checkpoint", str(workdir), "--output", str(out)]) == 0
     result = json.load(open(out))
     assert "eval/top1" not in result and result["eval/count"] == 360
     # The evaluator's corruptions at the recorded eval batch size: the run's final numbers exactly.

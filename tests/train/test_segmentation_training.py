@@ -74,7 +74,7 @@ def test_segmentation_trains_and_writes_miou_to_the_summary(tmp_path, mosaic_dat
     # `vit-jax eval` on the run: the objective's own evaluation, the same numbers as the run's last one.
     from vit_jax.commands import eval as eval_command
 
-    assert eval_command.main(["--checkpoint", str(tmp_path / "run"), "--json", str(tmp_path / "eval.json")]) == 0
+    assert eval_command.main(["--checkpoint", str(tmp_path / "run"), "--output", str(tmp_path / "eval.json")]) == 0
     again = json.loads((tmp_path / "eval.json").read_text())
     assert again["eval/count"] == 100
     assert again["eval/miou"] == pytest.approx(final["eval/miou"]) and again["eval/loss"] == pytest.approx(

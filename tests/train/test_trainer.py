@@ -227,7 +227,7 @@ def test_eval_command_reproduces_the_final_evaluation(finished_run, tmp_path):
 
     workdir, _, summary = finished_run
     out = tmp_path / "eval.json"
-    assert cli.main(["eval", "--checkpoint", workdir, "--json", str(out), "--batch-size", "64",
+    assert cli.main(["eval", "--checkpoint", workdir, "--output", str(out), "--batch-size", "64",
                      "--fewshot", "digits", "--shots", "1,5"]) == 0
     result = json.load(open(out))
     assert result["eval/count"] == 360

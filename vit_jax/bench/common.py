@@ -36,7 +36,7 @@ def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 
                                                      "ResNet (BiT-R50x1, R101x3)")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--batch", type=int, default=batch, help="global batch size")
+    p.add_argument("--batch-size", dest="batch", type=int, default=batch, help="global batch size")
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="compute dtype")
     p.add_argument("--mesh", default="-1,1,1", help="data,fsdp,tensor (-1: all remaining devices)")
     p.add_argument("--remat", default="none", choices=REMAT_POLICIES)
@@ -47,8 +47,8 @@ def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 
     p.add_argument("--width", type=int, default=0, help="override the variant's width (tiny test models)")
     p.add_argument("--depth", type=int, default=0)
     p.add_argument("--mlp-dim", type=int, default=0)
-    p.add_argument("--heads", type=int, default=0)
-    p.add_argument("--patch", type=int, default=0)
+    p.add_argument("--num-heads", dest="heads", type=int, default=0)
+    p.add_argument("--patch-size", dest="patch", type=int, default=0)
     p.add_argument("--pool", choices=("token", "gap", "map"), default="token",
                    help="the head's pooling (windowed attention needs gap or map: the grid has no class token)")
     p.add_argument("--window-size", type=int, default=0,
@@ -64,7 +64,7 @@ def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 
                    help="CPU only: size of the reference fp32 matmul (the trainer's MFU uses the default)")
     p.add_argument("--compile-only", action="store_true",
                    help="ahead-of-time compile and report compile time and memory; allocate and run nothing")
-    p.add_argument("--json", default="", help="write the result here as JSON")
+    p.add_argument("--output", dest="json", default="", metavar="PATH", help="write the result here as JSON")
 
 
 def parse_mesh(text: str) -> tuple[int, int, int]:

@@ -295,16 +295,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = cli_args.ArgumentParser(prog="vit-jax bench data", description=__doc__.split("\n\n")[0])
     p.add_argument("--num-images", type=int, default=256)
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch-size", dest="batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=12, help="batches timed per measurement")
-    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--image-size", dest="size", type=int, default=224)
     p.add_argument("--workers", default="1,2", help="comma-separated decode worker counts")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the best round is reported")
     p.add_argument("--no-device", action="store_true", help="skip the runs that build global jax.Arrays")
     p.add_argument("--no-per-call", action="store_true", help="skip (b'), the per-image tf.function loop")
     p.add_argument("--stages", action="store_true", help="add a per-stage cost breakdown (single thread)")
-    p.add_argument("--json", nargs="?", const="-", default="", metavar="PATH",
-                   help="write the result as JSON to PATH (like bench train/eval); bare --json prints it instead "
+    p.add_argument("--output", dest="json", nargs="?", const="-", default="", metavar="PATH",
+                   help="write the result as JSON to PATH (like bench train/eval); bare --output prints it instead "
                         "of the table")
     p.add_argument("--remote", action="store_true", help="bench the bucket stream instead (see data_remote.py)")
     args = p.parse_args(argv)
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         root.mkdir(parents=True)
         for i, data in enumerate(jpegs):
             (root / f"{i:05d}.jpg").write_bytes(data)
-        with contextlib.redirect_stdout(sys.stderr):  # keep --json output clean of build chatter
+        with contextlib.redirect_stdout(sys.stderr):  # keep --output - clean of build chatter
             ds = datasets.open_dataset(f"folder:{root.parent}", data_dir=str(Path(tmp) / "tfds"))
         train = ds.source("train")
         records = [train._records[i] for i in range(len(train))]  # the serialized tf.Examples our pipeline reads

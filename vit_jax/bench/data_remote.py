@@ -157,16 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     p = cli_args.ArgumentParser(prog="vit-jax bench data --remote", description=__doc__.split("\n\n")[0])
     p.add_argument("--num-images", type=int, default=512)
     p.add_argument("--shards", type=int, default=16, help="record files of the dataset")
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch-size", dest="batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=64, help="batches timed per round")
-    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--image-size", dest="size", type=int, default=224)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--window", type=int, default=128, help="records per shuffle window of the bucket stream")
     p.add_argument("--latency-ms", type=float, default=50.0, help="added to every request to the bucket")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--local-cache", action="store_true",
                    help="let the local side keep this small split parsed in memory (a pod-size split is not)")
-    p.add_argument("--json", default="", metavar="PATH", help="also write the result as JSON to PATH ('-': print)")
+    p.add_argument("--output", dest="json", default="", metavar="PATH", help="also write the result as JSON to PATH ('-': print)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
 
     from vit_jax import runtime
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             _restored_env(saved):
         os.environ["STORAGE_EMULATOR_HOST"] = proxy_url
         runtime.configure_storage_env()
-        with contextlib.redirect_stdout(sys.stderr):  # keep --json output clean of build chatter
+        with contextlib.redirect_stdout(sys.stderr):  # keep --output output clean of build chatter
             local, data_dir = _prepare(Path(tmp), jpegs, args.shards)
             datasets.upload_prepared(local, data_dir, "gs://vit-jax-bench/tfds", progress=False)
         remote_ds = datasets.open_dataset(local.name, data_dir="gs://vit-jax-bench/tfds", prepare=False)

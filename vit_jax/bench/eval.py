@@ -4,7 +4,7 @@ The step is `TrainProgram.eval_step` (logits plus the masked loss/top-1/top-5 su
 synthetic batch already on the devices. FLOPs are the analytic forward FLOPs per image; MFU is taken against the same
 peak as `bench train` (on CPU: a 4096^2 fp32 matmul measured in the same process).
 
-    vit-jax bench eval --variant B/16 --batch 256 --json eval.json
+    vit-jax bench eval --variant B/16 --batch-size 256 --output eval.json
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ the TPU compiler for that slice on this machine, no TPU needed (vit_jax.bench.ao
 compiler assigns it, FLOPs, HBM traffic and collectives per mesh axis from the compiled HLO, and a roofline
 (lower-bound step time, img/s and MFU ceilings). The run is described by model flags (below) or by a trainer config:
 
-    vit-jax plan --topology v3:8x8 --variant B/16 --batch 4096 --mesh 1,128,1 --json out.json
-    vit-jax plan --topology v3:8x8 --variant H/14 --batch 4096 --suggest
+    vit-jax plan --topology v3:8x8 --variant B/16 --batch-size 4096 --mesh 1,128,1 --output out.json
+    vit-jax plan --topology v3:8x8 --variant H/14 --batch-size 4096 --suggest
     vit-jax plan --topology v4-32 --config configs/vit_i21k.py:variant=L/16 --config.batch_size=2048
 
 Without libtpu (or without --topology) the plan is an ESTIMATE: the step is compiled by XLA:CPU for N simulated CPU
@@ -19,8 +19,8 @@ also counts the activations the backward pass saves (at the JAX level, exact in 
 compute dtype, and reports `estimate` = XLA:CPU peak - (fp32 saved - compute-dtype saved). `fits` is decided on the
 criterion chosen with --criterion (default: the XLA:CPU peak, which is conservative for bf16).
 
-    vit-jax plan --variant H/14 --batch 4096 --devices 64 --accelerator v3 --suggest
-    vit-jax plan --variant g/14 --batch 4096 --devices 256 --mesh 2,128,1 --remat full --hbm-gib 32 --json g14.json
+    vit-jax plan --variant H/14 --batch-size 4096 --devices 64 --accelerator v3 --suggest
+    vit-jax plan --variant g/14 --batch-size 4096 --devices 256 --mesh 2,128,1 --remat full --hbm-gib 32 --output g14.json
 
 --suggest searches, in order of cost, remat none < dots < dots_no_batch (recompute elementwise ops, then attention
 matmuls too) < 2 and 4 micro-batches (more parameter all-gathers, same FLOPs) < full remat (+1 forward pass) with 1, 2, 4,

@@ -1,6 +1,6 @@
 """What `vit-jax plan` compiles: the trainer's own config and program, on simulated CPU devices or a TPU topology.
 
-A plan request (a "spec", a JSON-able dict) describes the run either by model flags (--variant, --batch, --mesh,
+A plan request (a "spec", a JSON-able dict) describes the run either by model flags (--variant, --batch-size, --mesh,
 ...: the benchmarks' arguments, turned into a training config by vit_jax.bench.common) or by a trainer config file
 with its overrides, read exactly as `python -m vit_jax.main --config=FILE[:ARGS] --config.KEY=VALUE` reads them. The
 search of `--suggest` changes only `remat`, `micro_batches` and `mesh`, which override either.

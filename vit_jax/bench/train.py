@@ -5,9 +5,9 @@ that already lives on the devices, so the numbers are the step alone (no input p
 the median step time after warm-up, images/s, achieved TFLOP/s from the analytic FLOPs (3x forward), MFU, compile time
 and peak memory (XLA's memory analysis of the compiled step; the runtime's counters where the backend has them).
 
-    vit-jax bench train --variant S/16 --batch 32 --steps 10 --json out.json
-    vit-jax bench train --variant B/16 --batch 1024 --dtype bfloat16 --json b16.json      # on a GPU/TPU
-    vit-jax bench train --variant S/16 --batch 32 --mesh 1,1,1 --compare timm --compare big_vision
+    vit-jax bench train --variant S/16 --batch-size 32 --steps 10 --output out.json
+    vit-jax bench train --variant B/16 --batch-size 1024 --dtype bfloat16 --output b16.json      # on a GPU/TPU
+    vit-jax bench train --variant S/16 --batch-size 32 --mesh 1,1,1 --compare timm --compare big_vision
 
 --compare PEER times another framework's same step (bench/peers.py) interleaved with ours and reports our speed relative
 to it; a peer that is not installed is reported as such. Each peer runs in a process of its own, as its users run it

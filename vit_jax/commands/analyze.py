@@ -1,11 +1,11 @@
 """`vit-jax analyze`: the ViT paper's model analyses of a checkpoint (Fig. 6 and 7), each as a PNG plus its numbers.
 
-    vit-jax analyze --checkpoint CKPT --what attention-distance,attention-rollout --images IMAGES.npz --out DIR
-    vit-jax analyze --checkpoint CKPT --what all --dataset digits --split test --out DIR
+    vit-jax analyze --checkpoint CKPT --what attention-distance,attention-rollout --images IMAGES.npz --output DIR
+    vit-jax analyze --checkpoint CKPT --what all --dataset digits --split test --output DIR
 
 Analyses: attention-distance, posemb-similarity, embedding-pcs, attention-rollout (or `all`). The first and last need
 images (--images FILE.npy|FILE.npz|FOLDER, or --dataset NAME --split SPLIT). Each writes WHAT.png, WHAT.npz and
-WHAT.json (shapes, settings and the numbers) into --out. See docs/analyses.md.
+WHAT.json (shapes, settings and the numbers) into --output. See docs/analyses.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help=".npz (official/big_vision), .safetensors, or a run directory")
     p.add_argument("--what", required=True, help=f"comma-separated: {', '.join(ANALYSES)}, or all")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--output", dest="out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--images", default=None, help=".npy / .npz (key 'images') array, or a folder of image files")
     p.add_argument("--dataset", default=None, help="dataset name for the data pipeline, e.g. digits")
     p.add_argument("--split", default="test", help="dataset split (with --dataset)")

@@ -1,4 +1,5 @@
-"""`vit-jax convert SRC DST --to {official,big_vision,timm}`: change a checkpoint's layout, optionally with surgery.
+"""`vit-jax convert --checkpoint SRC --output DST --to {official,big_vision,timm}`: change a checkpoint's layout,
+optionally with surgery (`vit-jax convert SRC DST`, the old spelling, still works).
 
 SRC may be an official/big_vision `.npz`, a timm `.safetensors` exported by us, or one of our training checkpoints
 (a workdir, its `checkpoints/` folder, or one step folder); or a BiT ResNet-v2 as a big_transfer `.npz` or a timm
@@ -21,8 +22,9 @@ from vit_jax.models.build import describe, family_of
 def main(argv: list[str] | None = None) -> int:
     ap = cli_args.ArgumentParser(prog="vit-jax convert", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("src")
-    ap.add_argument("dst")
+    ap.add_argument("--checkpoint", dest="src", metavar="SRC", help="the checkpoint to convert")
+    ap.add_argument("--output", dest="dst", metavar="DST", help="the file to write")
+    ap.add_argument("paths", nargs="*", help=argparse.SUPPRESS)  # SRC DST: the old positional spelling
     ap.add_argument("--to", required=True, choices=formats.targets())
     ap.add_argument("--image-size", type=parse_size, help="new resolution, e.g. 384 or 384x512: resizes the posemb")
     ap.add_argument("--source-image-size", type=parse_size,
@@ -31,6 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drop-pre-logits", action="store_true", help="remove the representation layer")
     ap.add_argument("--posemb-method", default="bicubic", choices=RESIZE_METHODS)
     args = ap.parse_args(argv)
+    if args.paths:
+        if len(args.paths) != 2 or args.src or args.dst:
+            ap.error("give --checkpoint SRC --output DST")
+        print("vit-jax convert: SRC DST as positional arguments is deprecated; use --checkpoint SRC --output DST",
+              file=sys.stderr)
+        args.src, args.dst = args.paths
+    if not (args.src and args.dst):
+        ap.error("the following arguments are required: --checkpoint, --output")
 
     loaded = load_with_size(args.src, args.source_image_size, "--source-image-size")
     if loaded is None:
