@@ -16,8 +16,8 @@ PACKAGE = pathlib.Path(vit_jax.__file__).parent
 # Bottom to top. An entry is a sub-package or a top-level module of vit_jax; a module may import its own entry and
 # entries of lower layers. Entries of one layer are peers: they do not import each other.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "cli_args"),
-    ("hardware", "runtime", "resources", "storage"),
+    ("errors",),
+    ("hardware", "runtime", "resources", "storage", "cli_args"),  # cli_args: --verbose sets the switch of errors.py
     ("__init__",),  # the package's own set-up (runtime) and __version__
     ("models", "parallel", "data"),
     ("checkpoints",),
