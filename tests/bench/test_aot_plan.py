@@ -17,7 +17,8 @@ from vit_jax import hardware
 from vit_jax.bench import aot_plan, common, hlo, plan
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--variant", "Ti/16", "--image-size", "32", "--patch-size", "8", "--width", "64", "--depth", "2", "--mlp-dim", "128",
+TINY = ["--variant", "Ti/16", "--image-size", "32", "--patch-size", "8", "--width", "64", "--depth", "2", "--mlp-dim",
+        "128",
         "--num-heads", "4", "--num-classes", "10", "--batch-size", "16"]
 
 

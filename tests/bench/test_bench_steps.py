@@ -3,12 +3,15 @@
 import json
 import math
 
+import numpy as np
 import pytest
 
+from tests.launch.helpers import ROOT
 from vit_jax.bench import eval as bench_eval
 from vit_jax.bench import train as bench_train
 
-TINY = ["--variant", "Ti/16", "--image-size", "16", "--patch-size", "8", "--width", "32", "--depth", "1", "--mlp-dim", "64",
+TINY = ["--variant", "Ti/16", "--image-size", "16", "--patch-size", "8", "--width", "32", "--depth", "1", "--mlp-dim",
+        "64",
         "--num-heads", "2", "--num-classes", "10", "--steps", "3", "--warmup", "1", "--reference-n", "128",
         "--compile-cache"]
 
@@ -100,9 +103,21 @@ def test_a_bit_resnet_is_benchmarked_by_name(tmp_path):
     from vit_jax.models.build import model_flops
 
     out = tmp_path / "bit.json"
-    assert bench_train.main(["--variant", "BiT-R1-1x1", "--image-size", "32", "--num-classes", "10", "--batch-size", "2",
+    assert bench_train.main(["--variant", "BiT-R1-1x1", "--image-size", "32", "--num-classes", "10", "--batch-size",
+                             "2",
                              "--mesh", "1,1,1", "--compile-only", "--output", str(out)]) == 0
     r = json.loads(out.read_text())
     cfg = bit_config("BiT-R1-1x1", num_classes=10, image_size=32)
     assert r["model"]["name"] == "BiT-R1-1x1" and r["model"]["seq_len"] is None
     assert r["model"]["flops_per_image"] == pytest.approx(model_flops(cfg).train)
+
+
+def test_bench_train_times_any_objective_from_its_config(tmp_path):
+    """`bench train --config`: the trainer config's objective, batch, mesh and dtype, on a synthetic batch of that
+    objective's fields (train/objectives/ batch_spec: here images and per-pixel labels)."""
+    out = tmp_path / "r.json"
+    assert bench_train.main(["--config", str(ROOT / "configs" / "demo_seg.py"), "--config.segmentation.num_classes=5",
+                             "--steps", "1", "--warmup", "0", "--reference-n", "128", "--output", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert np.isfinite(r["final_loss"]) and r["mesh"]["data"] == 8 and r["args"]["batch"] == 64
+    assert r["args"]["overrides"] == ["--config.segmentation.num_classes=5"]

@@ -17,7 +17,8 @@ from vit_jax.bench import common, peers
 from vit_jax.bench import train as bench_train
 from vit_jax.models import vit_config
 
-TINY = ["--variant", "Ti/16", "--image-size", "16", "--patch-size", "8", "--width", "32", "--depth", "1", "--mlp-dim", "64",
+TINY = ["--variant", "Ti/16", "--image-size", "16", "--patch-size", "8", "--width", "32", "--depth", "1", "--mlp-dim",
+        "64",
         "--num-heads", "2", "--num-classes", "10", "--steps", "3", "--warmup", "1", "--reference-n", "128",
         "--batch-size", "4", "--mesh", "1,1,1"]
 

@@ -114,13 +114,15 @@ def test_export_gives_back_the_same_keys_and_arrays(files, tmp_path):
 def test_convert_command_between_layouts_with_a_new_head(files, tmp_path):
     d, _, bit = files
     out = tmp_path / "converted.npz"
-    assert cli.main(["convert", "--checkpoint", str(d / "bit.safetensors"), "--output", str(out), "--to", "official", "--num-classes", "3"]) == 0
+    assert cli.main(["convert", "--checkpoint", str(d / "bit.safetensors"), "--output", str(out), "--to", "official",
+                     "--num-classes", "3"]) == 0
     with np.load(out) as z:
         assert sorted(z.files) == sorted(bit)
         assert z["resnet/head/conv2d/kernel"].shape == (1, 1, 512, 3) and not z["resnet/head/conv2d/kernel"].any()
         np.testing.assert_array_equal(z["resnet/block2/unit02/b/standardized_conv2d/kernel"],
                                       bit["resnet/block2/unit02/b/standardized_conv2d/kernel"])
-    assert cli.main(["convert", "--checkpoint", str(out), "--output", str(tmp_path / "x.npz"), "--to", "big_vision"]) == 2
+    assert cli.main(["convert", "--checkpoint", str(out), "--output", str(tmp_path / "x.npz"), "--to",
+                     "big_vision"]) == 2
 
 
 def test_a_missing_key_is_a_one_line_error(files, tmp_path):

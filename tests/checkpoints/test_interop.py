@@ -183,12 +183,15 @@ def test_finetune_surgery_from_golden_at_higher_resolution():
 def test_convert_command_round_trips_through_timm_and_big_vision(tmp_path):
     src = str(GOLDEN / "tiny_token.npz")
     assert cli.main(["convert", "--checkpoint", src, "--output", str(tmp_path / "m.safetensors"), "--to", "timm"]) == 0
-    assert cli.main(["convert", "--checkpoint", str(tmp_path / "m.safetensors"), "--output", str(tmp_path / "bv.npz"), "--to", "big_vision"]) == 0
-    assert cli.main(["convert", "--checkpoint", str(tmp_path / "bv.npz"), "--output", str(tmp_path / "back.npz"), "--to", "official"]) == 0
+    assert cli.main(["convert", "--checkpoint", str(tmp_path / "m.safetensors"), "--output", str(tmp_path / "bv.npz"),
+                     "--to", "big_vision"]) == 0
+    assert cli.main(["convert", "--checkpoint", str(tmp_path / "bv.npz"), "--output", str(tmp_path / "back.npz"),
+                     "--to", "official"]) == 0
     images, ref = _golden("tiny_token")
     cfg, params = load_any(str(tmp_path / "back.npz"))
     np.testing.assert_allclose(predict(params, cfg, images), ref, atol=1e-4)
-    assert cli.main(["convert", "--checkpoint", src, "--output", str(tmp_path / "ft.npz"), "--to", "official", "--image-size", "48x64",
+    assert cli.main(["convert", "--checkpoint", src, "--output", str(tmp_path / "ft.npz"), "--to", "official",
+                     "--image-size", "48x64",
                      "--num-classes", "3"]) == 0
     cfg, params = load_any(str(tmp_path / "ft.npz"), image_size=(48, 64))
     assert cfg.grid == (6, 8) and cfg.num_classes == 3
@@ -271,7 +274,8 @@ def test_timm_kwargs_name_the_activation_and_hybrids_are_refused(tmp_path, capsy
     with pytest.raises(ValueError, match="timm export supports plain ViTs only"):
         to_timm(_random_params(hybrid), hybrid)
     dst = tmp_path / "hybrid.safetensors"
-    assert cli.main(["convert", "--checkpoint", str(GOLDEN / "tiny_hybrid.npz"), "--output", str(dst), "--to", "timm"]) == 2
+    assert cli.main(["convert", "--checkpoint", str(GOLDEN / "tiny_hybrid.npz"), "--output", str(dst), "--to",
+                     "timm"]) == 2
     err = capsys.readouterr().err.strip()
     assert "plain ViTs only" in err and len(err.splitlines()) == 1 and not dst.exists()
 
@@ -287,12 +291,14 @@ def test_convert_source_image_size_for_checkpoints_that_do_not_record_it(tmp_pat
         assert cli.main(["convert", "--checkpoint", str(src), "--output", str(dst), "--to", "official"]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "pass --source-image-size" in err, err
-        assert cli.main(["convert", "--checkpoint", str(src), "--output", str(dst), "--to", "official", "--source-image-size", "16x24"]) == 0
+        assert cli.main(["convert", "--checkpoint", str(src), "--output", str(dst), "--to", "official",
+                         "--source-image-size", "16x24"]) == 0
         cfg2, params2 = load_any(str(dst), image_size=(16, 24))
         assert cfg2 == cfg, name
         _assert_same_flat(params, params2)
     # A size that contradicts the one the checkpoint records is refused, not silently ignored.
-    assert cli.main(["convert", "--checkpoint", str(GOLDEN / "tiny_token.npz"), "--output", str(tmp_path / "x.npz"), "--to", "official",
+    assert cli.main(["convert", "--checkpoint", str(GOLDEN / "tiny_token.npz"), "--output", str(tmp_path / "x.npz"),
+                     "--to", "official",
                      "--source-image-size", "48"]) == 2
     assert "records image size 32x32" in capsys.readouterr().err
 

@@ -60,7 +60,8 @@ def test_timm_sam_state_dict_loads_and_exports_back_bit_identical(tmp_path):
     for k in sd:
         assert back[k].shape == sd[k].shape and np.array_equal(back[k], sd[k]), k
     # `vit-jax convert --to timm` writes the same tensors (and our metadata, which the next load prefers).
-    assert cli.main(["convert", "--checkpoint", path, "--output", str(tmp_path / "again.safetensors"), "--to", "timm"]) == 0
+    assert cli.main(["convert", "--checkpoint", path, "--output", str(tmp_path / "again.safetensors"), "--to",
+                     "timm"]) == 0
     again = load_file(str(tmp_path / "again.safetensors"))
     assert sorted(again) == sorted(sd) and all(np.array_equal(again[k], sd[k]) for k in sd)
     assert load_any(str(tmp_path / "again.safetensors"))[0] == cfg

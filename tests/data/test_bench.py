@@ -7,7 +7,8 @@ from vit_jax.data import sources
 
 
 def test_data_bench_smoke(capsys):
-    args = ["--num-images", "8", "--batch-size", "4", "--steps", "2", "--repeats", "1", "--image-size", "32", "--workers",
+    args = ["--num-images", "8", "--batch-size", "4", "--steps", "2", "--repeats", "1", "--image-size", "32",
+            "--workers",
             "1,2", "--no-device", "--stages", "--output"]
     assert bench.main(args) == 0
     result = json.loads(capsys.readouterr().out)
@@ -23,7 +24,8 @@ def test_data_bench_smoke(capsys):
 
 def test_data_bench_json_file_like_the_other_benchmarks(tmp_path, capsys):
     out = tmp_path / "data.json"
-    args = ["--num-images", "8", "--batch-size", "2", "--steps", "1", "--repeats", "1", "--image-size", "32", "--workers", "1",
+    args = ["--num-images", "8", "--batch-size", "2", "--steps", "1", "--repeats", "1", "--image-size", "32",
+            "--workers", "1",
             "--no-device", "--no-per-call", "--output", str(out)]
     assert bench.main(args) == 0
     assert json.loads(out.read_text())["ratio_per_core"] > 0

@@ -36,7 +36,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--peer-process", choices=("own", "shared"), default="own",
                    help="own: each peer in a process of its own, with its framework's defaults; shared: in this "
                         "process, with vit_jax's malloc and dispatch settings")
-    return p.parse_args(argv)
+    p.add_argument("--config", default="", help="time a trainer config's step instead of the model flags (FILE.py"
+                   "[:ARGS], plus --config.KEY=VALUE overrides): any objective and model family, its batch size, "
+                   "mesh and dtype")
+    p.add_argument("--stage", default="", help="with --config: this stage of a multi-stage config")
+    args, rest = p.parse_known_args(argv)
+    args.overrides = [a for a in rest if a.startswith("--config.")]
+    if len(args.overrides) != len(rest):
+        p.error(f"unrecognized arguments: {' '.join(a for a in rest if a not in args.overrides)}")
+    if (args.overrides or args.stage) and not args.config:
+        p.error("--config.KEY=VALUE overrides and --stage need --config FILE.py")
+    return args
 
 
 def synthetic_batch(program, batch_size: int, seed: int = 0) -> dict[str, Any]:
