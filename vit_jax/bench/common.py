@@ -119,17 +119,8 @@ def build(args: argparse.Namespace, **config_kw):
     from vit_jax.train import config as config_lib
     from vit_jax.train.program import build_program
 
-    if getattr(args, "config", ""):  # a trainer config (bench train --config): its objective, batch, mesh and dtype
-        from vit_jax.bench import plan_spec
-
-        config = plan_spec.spec_config({"config": args.config, "overrides": args.overrides, "stage": args.stage})
-        args.batch, args.dtype, args.num_classes = (config.batch_size, config.model.dtype,
-                                                    plan_spec.num_classes_of(config))
-        args.mesh = f"{config.mesh.data},{config.mesh.fsdp},{config.mesh.tensor}"
-    else:
-        config = training_config(args, **config_kw)
-    # The length only sets the learning-rate schedule's constants, which do not change what is compiled.
-    steps = max(1, config.total_steps or 1000)
+    config = training_config(args, **config_kw)
+    steps = config.total_steps
     durations = config_lib.Durations(total_steps=steps, warmup_steps=0, steps_per_epoch=float(steps), eval_every=0,
                                       checkpoint_every=0, fewshot_every=0)
     return build_program(config, args.num_classes, durations, devices=mesh_devices(parse_mesh(args.mesh)))

@@ -66,7 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     common.setup_jax(args)
     import jax
 
-    program = common.build(args, optimizer=args.optimizer, mu_dtype=args.mu_dtype, micro_batches=args.micro_batches)
+    if args.config:  # a trainer config: its objective, model, batch size, mesh and dtype, as `plan --config` reads it
+        from vit_jax.bench import plan_spec
+
+        spec = plan_spec.resolve({"config": args.config, "overrides": args.overrides, "stage": args.stage},
+                                 jax.device_count())
+        program = plan_spec.build(spec)
+        args.batch, args.dtype, args.num_classes, args.mesh = (spec["batch"], spec["dtype"], spec["num_classes"],
+                                                               spec["mesh"])
+    else:
+        program = common.build(args, optimizer=args.optimizer, mu_dtype=args.mu_dtype,
+                               micro_batches=args.micro_batches)
     if args.compare and (program.mesh.size != 1 or args.optimizer != "adamw" or args.dtype != "float32"):
         raise SystemExit("--compare times the peers' fp32 AdamW step on one device: use --mesh 1,1,1 --optimizer adamw "
                          "--dtype float32")
