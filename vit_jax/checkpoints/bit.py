@@ -37,10 +37,6 @@ _UNIT_NAMES = {
 }
 
 
-def is_bit_npz(flat: dict[str, Any]) -> bool:
-    return any(k.startswith(NPZ_PREFIX + "root_block/") or k.startswith("root_block/") for k in flat)
-
-
 def _layers_from(keys, pattern: str) -> tuple[int, ...]:
     """Units per stage from keys matching `pattern` (groups: stage, unit), checked to be numbered without gaps."""
     units: dict[int, set[int]] = {}

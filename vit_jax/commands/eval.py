@@ -16,8 +16,6 @@ import argparse
 import json
 import sys
 
-import jax
-
 from vit_jax import cli_args
 
 
@@ -47,21 +45,24 @@ def main(argv: list[str] | None = None) -> int:
     from vit_jax import runtime
 
     runtime.prepare_inference_process()
-    from vit_jax.models.build import describe
     from vit_jax.checkpoints.loading import load_any
+    from vit_jax.checkpoints.training import load_params_from_run, model_config_from_meta
     from vit_jax.eval.fewshot import fewshot_on_datasets
-    from vit_jax.eval.inference import build_inference
+    from vit_jax.eval.inference import build_inference, global_batch
+    from vit_jax.models.build import describe
+    from vit_jax.parallel import mesh as mesh_lib
 
-    cfg, params = load_any(args.checkpoint)
     meta = _recorded(args.checkpoint)
     recorded = meta.get("config", {})
+    # One of our runs: the architecture from its metadata, and its arrays read once, by what evaluates them.
+    cfg, params = (model_config_from_meta(meta), None) if meta else load_any(args.checkpoint)
     print(f"checkpoint {args.checkpoint}: {describe(cfg)}" + (f", trained by objective '{recorded['objective']}'"
                                                              if "objective" in recorded else ""))
-    program = build_inference(cfg, params)
-    batch_sh = program.batch_sh
+    mesh = mesh_lib.make_mesh()
+    batch_sh = mesh_lib.batch_sharding(mesh)
     # A run's evaluator's batch size: masks drawn per row of a batch are then the run's own.
     default_batch = recorded.get("eval", {}).get("batch_size") or recorded.get("batch_size") or 256
-    batch_size = program.global_batch(args.batch_size or default_batch)
+    batch_size = global_batch(mesh, args.batch_size or default_batch)
     h, w = cfg.image_size
     pp = args.pp or meta.get("pp_eval") or f"decode|resize({h},{w})|value_range(-1,1)"
     data_dir = args.data_dir or (recorded.get("data", {}).get("data_dir") or None)
@@ -70,11 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     dataset = args.dataset or meta.get("dataset", {}).get("name")
     split = args.split or recorded.get("data", {}).get("eval_split") or "test"
     if dataset:
-        out = _objective_eval(args.checkpoint, recorded, cfg, program, dataset, data_dir, pp, batch_size, split)
+        out = _objective_eval(args.checkpoint, recorded, cfg, params, mesh, dataset, data_dir, pp, batch_size, split)
         if out is None:
             return 2
         results.update(out)
-    if args.fewshot:
+    if args.fewshot:  # on the plain model's features (a self-supervised run's encoder, its head left out)
+        program = build_inference(cfg, params if params is not None else load_params_from_run(args.checkpoint)[1],
+                                  mesh)
         out = fewshot_on_datasets(program.features(), program.params, [n for n in args.fewshot.split(",") if n],
                                   data_dir=data_dir, pp=pp, batch_size=batch_size, sharding=batch_sh, train_split=args.fewshot_train_split,
                                   test_split=args.fewshot_test_split,
@@ -94,11 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _objective_eval(path: str, recorded: dict, cfg, program, dataset: str, data_dir: str | None, pp: str,
+def _objective_eval(path: str, recorded: dict, cfg, params, mesh, dataset: str, data_dir: str | None, pp: str,
                     batch_size: int, split: str) -> dict[str, float] | None:
-    """The checkpoint's objective's own evaluation on `split` (train/objectives/: eval_step, evaluate, report), its
-    model (with any pretraining head or decoder) and extra state restored from the run; {} for a classifier without
-    a head; None (after one line on stderr) when the dataset does not fit the head."""
+    """The checkpoint's objective's own evaluation on `split` (train/objectives/: eval_step, evaluate, report): with
+    `params` (a weights file's: a classifier), or, with None, the objective's whole model (any pretraining head or
+    decoder) and extra state restored from the run; {} for a classifier without a head; None (after one line on
+    stderr) when the dataset does not fit the head."""
+    import jax
     import ml_collections
 
     from vit_jax.checkpoints.training import load_state_from_run
@@ -121,12 +126,13 @@ def _objective_eval(path: str, recorded: dict, cfg, program, dataset: str, data_
             print(f"error: {dataset} has {ds.num_classes} classes but the checkpoint's head has {cfg.num_classes}; "
                   "use --fewshot for a dataset with other classes", file=sys.stderr)
             return None
-    extra_shapes = jax.eval_shape(objective.init_extra, jax.random.key(0))
-    if recorded:  # a run: the objective's whole model (a pretraining head, a decoder) and its extra state
+    state = {"params": params}
+    if params is None:  # a run: the objective's whole model (a pretraining head, a decoder) and its extra state
+        extra_shapes = jax.eval_shape(objective.init_extra, jax.random.key(0))
         _, state = load_state_from_run(path, {"params": objective.model.shapes,
                                               **({"extra": extra_shapes} if extra_shapes is not None else {})})
-        program = build_inference(cfg, state["params"], model=objective.model, extra=state.get("extra"),
-                                  extra_axes=objective.extra_logical_axes())
+    program = build_inference(cfg, state["params"], mesh, model=objective.model, extra=state.get("extra"),
+                              extra_axes=objective.extra_logical_axes())
     batches = pipeline.eval_iterator(ds, split=split, pp=pp, global_batch_size=batch_size, sharding=program.batch_sh)
     out = objective.evaluate(program.jit_view(objective.eval_step()), program.view(), batches)
     report = objective.report(out, config)

@@ -56,9 +56,12 @@ class InferenceProgram:
         return self.jit(lambda params, images: model.apply(params, images)[0])
 
     def global_batch(self, batch_size: int) -> int:
-        """The batch size rounded down to a multiple of the device count, at least one example per device."""
-        n = self.mesh.size
-        return max(batch_size // n, 1) * n
+        return global_batch(self.mesh, batch_size)
+
+
+def global_batch(mesh: Mesh, batch_size: int) -> int:
+    """The batch size rounded down to a multiple of the mesh's device count, at least one example per device."""
+    return max(batch_size // mesh.size, 1) * mesh.size
 
 
 def build_inference(cfg: ModelConfig, params: Any, mesh: Mesh | None = None,

@@ -20,15 +20,10 @@ from vit_jax.models import build as models  # the model-family registry, with th
 from vit_jax.train import objectives
 
 
-def model_schema() -> dict[str, Any]:
-    """config.model: the keys of every registered model family (models/family.py), with their defaults."""
-    return models.schema()
-
-
 def default_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
-    c.model = model_schema()
+    c.model = models.schema()  # every registered model family's keys, with their defaults (models/family.py)
     c.data = dict(
         name="digits",  # digits | digits_mosaic | imagenet21k[/fall11|/winter21] | folder:/path | any TFDS name
         data_dir="",  # '' = $TFDS_DATA_DIR or ~/tensorflow_datasets
@@ -79,7 +74,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.objective = objectives.DEFAULT_OBJECTIVE
     for cls in objectives.OBJECTIVES.values():
         if cls.settings:
-            c[cls.settings] = dict(cls.defaults)
+            c[cls.settings] = cls.settings_defaults()
     c.mesh = dict(data=-1, fsdp=1, tensor=1)  # -1: all remaining devices
     c.checkpoint = dict(
         every_steps=0, every_epochs=0.0,  # 0 and 0.0: only at the end (and on preemption)

@@ -47,25 +47,27 @@ class TrainProgram:
 
     def init_state(self, seed: int, params: Any | None = None) -> dict[str, Any]:
         """Fresh state straight into its shardings (no host copy); or around given (already sharded) params."""
-        key = jax.random.key(seed)
-        params_key, train_key = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
         spike = bool(self.config.nan_guard.loss_spike_factor)
         base_sh = {k: v for k, v in self.state_sh.items() if k != "extra"}
         make = jit_once(lambda k, p: init_state(p, self.tx, jax.random.key_data(k), spike), out_shardings=base_sh)
-        if params is None:
-            params = jit_once(self.model.init, out_shardings=self.param_sh)(params_key)
-        state = make(train_key, params)
-        if self.extra_sh is not None:  # the objective's own (frozen or EMA) state, e.g. a teacher's weights
-            state["extra"] = jax.device_put(self.objective.init_extra(jax.random.fold_in(key, 2)), self.extra_sh)
-        return state
+        fresh = self._fresh(seed, params)
+        return {**make(jax.random.fold_in(jax.random.key(seed), 1), fresh["params"]),
+                **({"extra": fresh["extra"]} if "extra" in fresh else {})}
 
     def init_eval_view(self, seed: int) -> Any:
         """Fresh parameters (and extra state) in their shardings, as the eval step reads them (benchmarks)."""
+        return self.eval_view(self._fresh(seed))
+
+    def _fresh(self, seed: int, params: Any | None = None) -> dict[str, Any]:
+        """Fresh parameters (unless given; key fold_in(seed, 0)) and the objective's extra state (fold_in(seed, 2):
+        a frozen or EMA teacher's weights), in their shardings."""
         key = jax.random.key(seed)
-        params = jit_once(self.model.init, out_shardings=self.param_sh)(jax.random.fold_in(key, 0))
+        if params is None:
+            params = jit_once(self.model.init, out_shardings=self.param_sh)(jax.random.fold_in(key, 0))
         if self.extra_sh is None:
-            return params
-        return params, jax.device_put(self.objective.init_extra(jax.random.fold_in(key, 2)), self.extra_sh)
+            return {"params": params}
+        return {"params": params,
+                "extra": jax.device_put(self.objective.init_extra(jax.random.fold_in(key, 2)), self.extra_sh)}
 
     def eval_view(self, state: dict[str, Any]) -> Any:
         """What the eval step reads of a train state: the parameters, and (params, extra) with extra state."""

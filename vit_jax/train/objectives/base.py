@@ -55,7 +55,10 @@ class Objective(abc.ABC):
     name: ClassVar[str] = ""  # config.objective
     evaluator: ClassVar[str] = ""  # its own evaluator's name in eval.evaluators
     settings: ClassVar[str] = ""  # the config group of its own settings ("" = none); they shape the model and loss
-    defaults: ClassVar[dict[str, Any]] = {}  # that group's keys and defaults: part of the config schema
+    # Those settings as a frozen dataclass that validates itself (MAEConfig): its fields and defaults are the group's
+    # keys in the config schema; or, without one, the group's keys and defaults as a dict.
+    settings_type: ClassVar[type | None] = None
+    defaults: ClassVar[dict[str, Any]] = {}
     uses_labels: ClassVar[bool] = True  # False: labels unused (no head from the dataset; label options refused)
     pretraining: ClassVar[bool] = False  # trains from scratch, every layer at one lr (no init checkpoint)
 
@@ -69,9 +72,21 @@ class Objective(abc.ABC):
         """The objective of a validated training config, around the model `model_cfg` describes."""
 
     @classmethod
+    def settings_defaults(cls) -> dict[str, Any]:
+        """The keys and defaults of its config group (train/config.default_config)."""
+        return dataclasses.asdict(cls.settings_type()) if cls.settings_type else dict(cls.defaults)
+
+    @classmethod
+    def settings_of(cls, config: ml_collections.ConfigDict) -> Any:
+        """Its settings_type built from the config's group (which validates them)."""
+        return cls.settings_type(**config[cls.settings].to_dict())
+
+    @classmethod
     def check(cls, config: ml_collections.ConfigDict) -> None:
-        """Raises a one-line ConfigError for settings of this objective that cannot work (types are already
-        checked); called by train/config.validate before any data is read."""
+        """Raises a one-line error for settings of this objective that cannot work (types are already checked);
+        called by train/config.validate before any data is read. By default: its settings_type's own checks."""
+        if cls.settings_type:
+            cls.settings_of(config)
 
     @classmethod
     def head_classes(cls, config: ml_collections.ConfigDict, dataset_classes: int) -> int:

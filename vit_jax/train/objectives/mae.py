@@ -8,7 +8,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from vit_jax.models.flops import mae_flops
 from vit_jax.models.mae import MASK_STREAM, MAEConfig, MAEViT, masked, patch_orders, reconstruction_loss
@@ -19,17 +18,11 @@ from vit_jax.train.objectives.base import EvalReport, Objective, needs_rng
 EVAL_MASK_KEY = 0
 
 
-def mae_config(config: ml_collections.ConfigDict) -> MAEConfig:
-    return MAEConfig(**config.mae.to_dict())
-
-
 @register
 class MAE(Objective):
     name = "mae"
     evaluator = "reconstruction"
-    settings = "mae"
-    defaults = dict(mask_ratio=0.75, decoder_width=512, decoder_depth=8, decoder_heads=16, decoder_mlp_dim=2048,
-                    norm_pix_loss=True)
+    settings, settings_type = "mae", MAEConfig  # defaults: the MAE paper's
     uses_labels = False
     pretraining = True
 
@@ -43,11 +36,7 @@ class MAE(Objective):
 
     @classmethod
     def from_config(cls, config, model_cfg):
-        return cls(model_cfg, mae_config(config))
-
-    @classmethod
-    def check(cls, config):
-        mae_config(config)  # its settings' own checks, before any data is read
+        return cls(model_cfg, cls.settings_of(config))
 
     def orders(self, key: jax.Array, batch_size: int) -> jax.Array:
         """(B, N) patch orders of a global batch: row i's from fold_in(fold_in(key, MASK_STREAM), i)."""
@@ -81,3 +70,6 @@ class MAE(Objective):
         return EvalReport({"eval/reconstruction_loss": loss, "eval/count": result["count"]},
                           "eval/reconstruction_loss", False,
                           f"reconstruction loss {loss:.4f} | {int(result['count'])} examples")
+
+
+mae_config = MAE.settings_of  # config -> MAEConfig

@@ -9,7 +9,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from vit_jax.models.flops import mpp_flops
 from vit_jax.models.mpp import CORRUPTION_STREAM, MPPConfig, MPPViT, corrupt_patches, prediction_loss, targets
@@ -19,19 +18,11 @@ from vit_jax.train.objectives.base import EvalReport, Objective, needs_rng
 from vit_jax.train.objectives.mae import EVAL_MASK_KEY
 
 
-def mpp_config(config: ml_collections.ConfigDict) -> MPPConfig:
-    return MPPConfig(**config.mpp.to_dict())
-
-
 @register
 class MaskedPatchPrediction(Objective):
     name = "masked_patch_prediction"
     evaluator = "masked_patch"
-    settings = "mpp"
-    defaults = dict(
-        target="mean_color_3bit",  # mean_color_3bit | color_4x4_3bit | pixels_l2
-        corrupt_ratio=0.5, mask_prob=0.8, random_prob=0.1,  # of the corrupted patches: [mask], random other, kept
-    )
+    settings, settings_type = "mpp", MPPConfig  # defaults: the ViT paper's
     uses_labels = False
     pretraining = True
 
@@ -44,11 +35,7 @@ class MaskedPatchPrediction(Objective):
 
     @classmethod
     def from_config(cls, config, model_cfg):
-        return cls(model_cfg, mpp_config(config))
-
-    @classmethod
-    def check(cls, config):
-        mpp_config(config)  # its settings' own checks (models/mpp.py), before any data is read
+        return cls(model_cfg, cls.settings_of(config))
 
     def corruption(self, key: jax.Array, batch_size: int) -> dict[str, jax.Array]:
         """The corruptions of a global batch (models/mpp.py corrupt_patches): row i's from
@@ -90,3 +77,6 @@ class MaskedPatchPrediction(Objective):
         if "mpp_accuracy" in result:
             return EvalReport(metrics, "eval/mpp_accuracy", True, line)
         return EvalReport(metrics, "eval/mpp_loss", False, line)
+
+
+mpp_config = MaskedPatchPrediction.settings_of  # config -> MPPConfig
