@@ -2,12 +2,13 @@
 # GPU check: the trainer's train step for ViT-B/16 and ViT-L/16 at 224 px in bf16 on one H100/H200, against the MFU
 # targets (B/16 >= 45 %, L/16 >= 50 % of the dense bf16 peak, 989 TFLOP/s for both).
 #
-#   benchmarks/gpu_check.sh [--cpu-smoke] [OUT_DIR]
+#   benchmarks/gpu_check.sh [--cpu-smoke] [--resume] [OUT_DIR]
 #   benchmarks/gpu_check.sh --fetch-wheels        # here, with network: wheels for an offline GPU machine into .whl/
 #
 # OUT_DIR defaults to $OUT (the device runner's output folder), else benchmarks/results. Writes one
 # `vit-jax bench train` JSON per model (gpu_B16.json, gpu_L16.json) and gpu_check_summary.json (rewritten after each
-# model, so a later hang loses nothing already measured).
+# model, so a later hang loses nothing already measured). --resume keeps a model's JSON already in OUT_DIR instead of
+# measuring it again: a rerun after a timeout spends the device's minutes only on what is missing.
 # Python environment on the GPU machine: a jax that sees the GPU is used as installed. Otherwise the CUDA wheels of
 # the pinned jax are pip-installed (needs network; SKIP_INSTALL=1 skips). What vit_jax needs beyond jax/flax/optax
 # (ml_collections) comes from .whl/ when that folder exists (offline machines: run --fetch-wheels here first and
@@ -25,6 +26,8 @@ if [[ "${1:-}" == "--fetch-wheels" ]]; then
   ls .whl; exit 0
 fi
 if [[ "${1:-}" == "--cpu-smoke" ]]; then SMOKE=1; shift; fi
+RESUME=0
+if [[ "${1:-}" == "--resume" ]]; then RESUME=1; shift; fi
 OUT_DIR="${1:-${OUT:-benchmarks/results}}"
 mkdir -p "$OUT_DIR"
 if [[ -n "${PYTHON:-}" ]]; then PY="$PYTHON"; elif [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi
@@ -101,7 +104,12 @@ for entry in "${MODELS[@]}"; do
   IFS='|' read -r variant target attempts <<< "$entry"
   name="gpu_${variant//\//}"
   json="$OUT_DIR/$name.json"
-  rm -f "$json"
+  if [[ $RESUME == 1 && -s "$json" ]]; then
+    echo "gpu_check: $variant already measured in $json (--resume)" >&2
+    attempts=""
+  else
+    rm -f "$json"
+  fi
   for attempt in $attempts; do
     batch="${attempt%%:*}"; remat="${attempt##*:}"
     echo "gpu_check: $variant batch $batch remat $remat" >&2

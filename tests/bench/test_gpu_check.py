@@ -10,9 +10,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _smoke(out, target: str = ""):
-    env = {"PYTHON": sys.executable, "PATH": "/usr/bin:/bin", **({"SMOKE_TARGET_MFU": target} if target else {})}
-    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--cpu-smoke", str(out)],
+def _smoke(out, target: str = "", resume: bool = False):
+    env = {"PYTHON": sys.executable, "PATH": "/usr/bin:/bin", "VIT_JAX_CACHE_DIR": str(ROOT / ".cache" / "xla"),
+           **({"SMOKE_TARGET_MFU": target} if target else {})}
+    flags = ["--cpu-smoke", *(["--resume"] if resume else [])]
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), *flags, str(out)],
                           capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -27,11 +29,15 @@ def test_gpu_check_cpu_smoke(tmp_path):
     assert bench["benchmark"] == "train" and bench["args"]["batch"] == row["batch"] == 4
     assert row["mfu"] == bench["throughput"]["mfu"] > 0
     assert "MFU" in proc.stdout
-    # A measurement below its target is reported as such (here: an MFU no machine reaches).
-    proc = _smoke(tmp_path / "high", target="5.0")
+    # A measurement below its target is reported as such (here: an MFU no machine reaches); --resume judges the
+    # measurement already there instead of measuring again.
+    (tmp_path / "high").mkdir()
+    (tmp_path / "high" / "gpu_Ti16.json").write_text(json.dumps(bench))
+    proc = _smoke(tmp_path / "high", target="5.0", resume=True)
     summary = json.loads((tmp_path / "high" / "gpu_check_summary.json").read_text())
     assert not summary["results"][0]["pass"] and not summary["all_pass"]
-    assert "below target" in proc.stdout
+    assert summary["results"][0]["mfu"] == row["mfu"]  # the kept measurement, not a new one
+    assert "below target" in proc.stdout and "already measured" in proc.stderr
 
 
 def test_gpu_check_without_a_gpu_says_so(tmp_path):
