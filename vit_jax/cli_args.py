@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 VERBOSE_HELP = "show the tracebacks and library logs of errors and of recovered faults (same as VIT_JAX_DEBUG=1)"
@@ -38,6 +39,10 @@ DEPRECATED = {"--batch": "--batch-size", "--size": "--image-size", "--heads": "-
               "--patch": "--patch-size", "--json": "--output", "--out": "--output"}
 
 
+# A value of a list-valued flag that starts with a negative number: -1,1,1 / -1 / -0.5 / -1x2
+_NEGATIVE_LIST = re.compile(r"^-\d[\d.]*([,x:]-?\d[\d.]*)*$")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with `--a_b` accepted for a `--a-b` option (sub-parsers made by add_subparsers are of this class),
     and the shared `--verbose` (not in the parsed namespace: it only sets the process-wide switch)."""
@@ -62,4 +67,20 @@ class ArgumentParser(argparse.ArgumentParser):
             return arg
 
         end = args.index("--") if "--" in args else len(args)  # after "--" everything is a positional value
-        return super().parse_known_args([dashed(a) for a in args[:end]] + args[end:], namespace)
+        return super().parse_known_args(self._join_negative([dashed(a) for a in args[:end]]) + args[end:], namespace)
+
+    def _join_negative(self, args: list[str]) -> list[str]:
+        """`--mesh -1,1,1` as `--mesh=-1,1,1`: argparse takes a value that starts with '-' for an option unless it is
+        a plain negative number, so the documented negative lists (`-1`: all remaining devices) would be refused."""
+        takes_value = {s for a in self._actions if a.nargs is None and a.option_strings for s in a.option_strings}
+        out: list[str] = []
+        for arg in args:
+            if out and out[-1] in takes_value and _NEGATIVE_LIST.match(arg):
+                out[-1] = f"{out[-1]}={arg}"
+            else:
+                out.append(arg)
+        return out
+
+    def error(self, message: str):
+        """A usage error is one line on stderr (argparse's would add its usage block) and exit status 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

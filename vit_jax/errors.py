@@ -28,6 +28,25 @@ class ConfigError(UserError, ValueError):
     """A config key or value a user wrote is not valid; the message names the fix."""
 
 
+class ReportedError(UserError):
+    """A failure a child process (a planner worker, a benchmark peer) already reported in its own one line on stderr:
+    the parent ends with the child's exit status and adds nothing (its own traceback would bury the child's line)."""
+
+    def __init__(self, exit_code: int, what: str):
+        super().__init__(f"{what} failed with exit status {exit_code} (its error is printed above)")
+        self.exit_code = exit_code
+
+
+def child_failure(returncode: int, what: str) -> Exception:
+    """The exception for a child process that exited with `returncode`: a ReportedError when the child ended on
+    purpose (1 < status < 128: a user error's status, reported by the child under `run_reporting`, or a documented
+    one such as a lost peer's 75), else a RuntimeError (1: an uncaught exception, whose traceback the child printed;
+    negative or >= 128: a signal)."""
+    if 1 < returncode < 128:
+        return ReportedError(returncode, what)
+    return RuntimeError(f"{what} failed (exit {returncode}); its output is above")
+
+
 def debug_enabled() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
@@ -47,8 +66,20 @@ def report(e: UserError, prog: str) -> int:
 
 
 def run_reporting(fn: Callable[[], int | None], prog: str) -> int:
-    """Runs a command's body; a UserError becomes its one line and exit status."""
+    """Runs a command's body; a UserError becomes its one line and exit status.
+
+    A `SystemExit("message")` (how argument checks in the benchmarks stop) is a usage error too: its message becomes
+    the same one line and the status 2, not Python's bare message and status 1. A ReportedError prints nothing more.
+    """
     try:
         return int(fn() or 0)
+    except ReportedError as e:
+        if debug_enabled():
+            traceback.print_exception(e)
+        return e.exit_code
     except UserError as e:
         return report(e, prog)
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        return report(UserError(e.code.removeprefix("error: ")).with_traceback(e.__traceback__), prog)

@@ -28,6 +28,8 @@ import sys
 import types
 from typing import Callable
 
+from vit_jax.errors import child_failure
+
 
 @dataclasses.dataclass
 class Peer:
@@ -160,15 +162,15 @@ def own_process(factory: Callable[..., Peer], model_cfg, optimizer_cfg, batch: i
     spec = {"factory": f"{factory.__module__}:{factory.__qualname__}", "batch": batch,
             "model": {k: getattr(model_cfg, k) for k in _MODEL_FIELDS},
             "optimizer": {k: getattr(optimizer_cfg, k) for k in _OPTIMIZER_FIELDS}}
-    serve = "import sys; from vit_jax.bench.peers import _serve; sys.exit(_serve(sys.argv[1]))"
+    serve = ("import sys; from vit_jax.bench.peers import _serve; from vit_jax.errors import run_reporting; "
+             "sys.exit(run_reporting(lambda: _serve(sys.argv[1]), 'vit-jax bench train: peer'))")  # user errors: 1 line
     proc = subprocess.Popen([sys.executable, "-c", serve, json.dumps(spec)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)  # its stderr is ours: its errors show up as they happen
 
     def read() -> str:
         line = proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the peer process for {factory.__name__} exited with code {proc.wait()} (its error is "
-                               "printed above)")
+            raise child_failure(proc.wait(), f"the peer process for {factory.__name__}")  # its error is printed above
         return line
 
     usage: list[dict[str, float]] = []

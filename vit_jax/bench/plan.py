@@ -41,6 +41,7 @@ from typing import Any
 from vit_jax import cli_args
 from vit_jax import hardware
 from vit_jax.bench import common
+from vit_jax.errors import child_failure, run_reporting
 
 GIB = common.GIB
 # The --accelerator names of the CPU-simulated plan: every accelerator of the hardware table with an HBM size.
@@ -307,8 +308,11 @@ def run_in_subprocess(request: dict[str, Any], devices: int, timeout: float,
     cmd = [sys.executable, "-m", "vit_jax.bench.plan", "--devices", str(devices), "--worker", json.dumps(request)]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
-    if proc.returncode or not lines:
-        raise RuntimeError(f"planner worker failed (exit {proc.returncode}); its output:\n{proc.stdout[-4000:]}")
+    if proc.returncode:  # the worker printed its error (one line for a user error: main runs it under run_reporting)
+        print(proc.stdout[-4000:], end="", flush=True)
+        raise child_failure(proc.returncode, "the planner worker")
+    if not lines:
+        raise RuntimeError(f"planner worker ended without a result; its output:\n{proc.stdout[-4000:]}")
     return json.loads(lines[-1][len(RESULT_MARK):])
 
 
@@ -383,8 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         from vit_jax.runtime import configure_jax
 
         configure_jax(num_cpu_devices=args.devices, cache_dir="none")
-        print(RESULT_MARK + json.dumps(run_worker(json.loads(args.worker)), default=float), flush=True)
-        return 0
+
+        def work() -> int:
+            print(RESULT_MARK + json.dumps(run_worker(json.loads(args.worker)), default=float), flush=True)
+            return 0
+
+        return run_reporting(work, "vit-jax plan")  # a user error in here is the worker's one line and exit 2
     plan(argv)
     return 0
 
