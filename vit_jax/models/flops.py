@@ -22,10 +22,12 @@ if TYPE_CHECKING:  # models/mae.py and mpp.py import JAX; this module stays pure
 class Flops:
     forward: float  # per image
     breakdown: dict  # forward FLOPs per component
+    # Forward-only work a training step also runs per image (a frozen teacher): no backward pass, so counted once.
+    frozen_forward: float = 0.0
 
     @property
     def train(self) -> float:
-        return 3.0 * self.forward
+        return 3.0 * self.forward + self.frozen_forward
 
 
 def _resnet_flops(image_size: tuple[int, int], layers: tuple[int, ...],
