@@ -11,13 +11,14 @@ is validated.
 from vit_jax.train.objectives.base import BatchFieldError, EvalReport, Objective, needs_rng
 from vit_jax.train.objectives.classification import Classification
 from vit_jax.train.objectives.distillation import Distillation, distill_config
+from vit_jax.train.objectives.image_text import CLIP, SigLIP
 from vit_jax.train.objectives.mae import MAE, mae_config
 from vit_jax.train.objectives.mpp import MaskedPatchPrediction, mpp_config
 from vit_jax.train.objectives.registry import (DEFAULT_OBJECTIVE, OBJECTIVES, UnknownObjectiveError,
                                                evaluator_objectives, make_objective, objective_class, register)
 from vit_jax.train.objectives.segmentation import MissingMaskError, Segmentation
 
-__all__ = ["DEFAULT_OBJECTIVE", "OBJECTIVES", "BatchFieldError", "Classification", "Distillation", "distill_config",
+__all__ = ["CLIP", "SigLIP", "DEFAULT_OBJECTIVE", "OBJECTIVES", "BatchFieldError", "Classification", "Distillation", "distill_config",
            "EvalReport", "MAE", "MaskedPatchPrediction", "MissingMaskError", "Objective", "Segmentation",
            "UnknownObjectiveError", "evaluator_objectives",
            "mae_config", "make_objective", "mpp_config", "needs_rng", "objective_class", "register"]
