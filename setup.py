@@ -27,6 +27,7 @@ INSTALL_REQUIRES = [
     "safetensors>=0.4",
     "matplotlib>=3.8",
     "scikit-learn>=1.4",  # ships the embedded default dataset (handwritten digits)
+    "sentencepiece>=0.2,<0.3",  # image-text tokenizers: by path, and the demo's trained from its captions (data/text_ops.py)
     "scipy>=1.11",  # bounded least squares of the sweep report's scaling-law fits (vit_jax/report/scaling.py)
     "tqdm>=4.60",
     "absl-py>=2.0",
