@@ -47,6 +47,11 @@ def child_failure(returncode: int, what: str) -> Exception:
     return RuntimeError(f"{what} failed (exit {returncode}); its output is above")
 
 
+class MissingInputError(UserError, FileNotFoundError):
+    """A file or folder the user named does not exist (or lacks what it must hold); a FileNotFoundError too, so code
+    that handles a missing file keeps doing so."""
+
+
 def debug_enabled() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 

@@ -234,7 +234,7 @@ def is_bit_npz_file(path: str) -> bool:
         with epath.Path(path).open("rb") as f:
             return any("root_block/standardized_conv2d/kernel" in n for n in zipfile.ZipFile(f).namelist())
     except (OSError, zipfile.BadZipFile):
-        return False  # not ours to read: the .npz reader of last resort names what is wrong
+        return False  # not ours to read: formats.describe_unrecognised names what is wrong
 
 
 def load_bit_npz(path: str, *, fallback_image_size=None, **_) -> tuple[BiTConfig, dict[str, Any]]:
@@ -266,8 +266,12 @@ def export(cfg: BiTConfig, params: dict[str, Any], dst: str,
     return cfg, notes, f"{'timm' if request.to == 'timm' else 'big_transfer'} layout"
 
 
-formats.register_reader(formats.Reader(family="BiT", suffix=".npz", recognise=is_bit_npz_file, load=load_bit_npz))
+formats.register_reader(formats.Reader(
+    family="BiT", suffix=".npz", recognise=is_bit_npz_file, load=load_bit_npz, reads="big_transfer .npz",
+    signature=("resnet/root_block/standardized_conv2d/kernel", "resnet/group_norm/gamma", "head/conv2d/kernel")))
 formats.register_reader(formats.Reader(
     family="BiT", suffix=".safetensors", recognise=is_bit_timm_file,
-    load=lambda path, **kw: load_bit_timm(path, fallback_image_size=kw.get("fallback_image_size"))))
+    load=lambda path, **kw: load_bit_timm(path, fallback_image_size=kw.get("fallback_image_size")),
+    reads="timm resnetv2 .safetensors", signature=("stem.conv.weight", "stages.0.blocks.0.conv1.weight",
+                                                   "norm.weight", "head.fc.weight")))
 formats.register_exporter(formats.Exporter(family="BiT", targets=("official", "timm"), export=export))

@@ -22,6 +22,10 @@ class Reader:
     # reader of last resort, asked after every other reader of the suffix declined.
     recognise: Callable[[str], bool] | None
     load: Callable[..., tuple[Any, dict[str, Any]]]  # (path, **infer_kw) -> (model config, params)
+    # For the one line about a file no reader recognises (`describe_unrecognised`): what this reader reads, in a few
+    # words, and a few array names its files always hold (which family a foreign file is nearest to).
+    reads: str = ""
+    signature: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +71,84 @@ def suffixes() -> tuple[str, ...]:
 
 
 def reader_for(path: str) -> Reader | None:
-    """The reader of a file: the first of its suffix's readers that recognises it, else the suffix's last resort."""
+    """The reader of a file: the first of its suffix's readers that recognises it, else the suffix's last resort
+    (None when there is none: `describe_unrecognised` says what the file is)."""
     candidates = [r for r in READERS if path.endswith(r.suffix)]
     for reader in candidates:
         if reader.recognise is not None and reader.recognise(path):
             return reader
     return next((r for r in candidates if r.recognise is None), None)
+
+
+class UnrecognisedCheckpointError(UserError, ValueError):
+    """A checkpoint file no registered reader recognises (a family vit_jax does not know, or not a checkpoint)."""
+
+
+# Files of frameworks whose checkpoints are pickles, which vit_jax never loads (unpickling can run code).
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl")
+
+
+def array_names(path: str) -> tuple[str, list[str]]:
+    """(the file's layout in words, the names of the arrays it holds), from its header or index where it has one.
+
+    Raises the readers' own one-line errors for a file that cannot be read at all (a truncated or pickled .npz)."""
+    if path.endswith(".safetensors"):
+        from safetensors import safe_open
+
+        with safe_open(path, "np") as f:
+            return "safetensors state dict", list(f.keys())
+    if path.endswith(".npz"):
+        from vit_jax.checkpoints.layouts import load_npz
+
+        return ".npz archive", list(load_npz(path))  # its errors name a truncated or pickled file
+    raise ValueError(f"no array index for {path}")
+
+
+def _tokens(names: list[str] | tuple[str, ...]) -> set[str]:
+    """The first component of each array name: a family's vocabulary of top-level modules."""
+    return {n.replace("/", ".").split(".")[0] for n in names}
+
+
+def _telling(names: list[str], count: int = 4) -> list[str]:
+    """A few names that show a file's structure: the first one of each top-level module."""
+    firsts: dict[str, str] = {}
+    for name in names:
+        firsts.setdefault(name.replace("/", ".").split(".")[0], name)
+    return list(firsts.values())[:count]
+
+
+def readable() -> str:
+    """What vit-jax reads, in words: every registered reader's `reads`, and our run directories."""
+    by_family: dict[str, list[str]] = {}
+    for r in READERS:
+        by_family.setdefault(r.family, []).append(r.reads or r.suffix)
+    return ", ".join(f"{family} ({', '.join(dict.fromkeys(kinds))})" for family, kinds in sorted(by_family.items())) + (
+        ", and vit-jax run directories (any family)")
+
+
+def describe_unrecognised(path: str) -> str:
+    """One line for a file no reader recognises: its layout, a few telling array names, the nearest known family
+    (most top-level modules in common with a reader's signature, among readers of its suffix) and what vit-jax
+    reads."""
+    layout, names = array_names(path)
+    found = f"{path}: a {layout} of {len(names)} arrays (" + ", ".join(_telling(names)) + ", ...)"
+    ours = _tokens(names)
+    scored = sorted(((len(ours & _tokens(r.signature)) / len(ours | _tokens(r.signature)), r.family)
+                     for r in READERS if path.endswith(r.suffix) and r.signature), reverse=True)
+    near = ""
+    if scored and scored[0][0] > 0:
+        reader = next(r for r in READERS if r.family == scored[0][1] and path.endswith(r.suffix))
+        missing = [k for k in reader.signature if k not in names][:2]
+        near = f"; nearest known family: {reader.family} ({reader.reads}), whose files hold {', '.join(missing)}"
+    return f"{found} that no reader recognises{near}. vit-jax reads: {readable()}"
+
+
+def describe_unknown_file(path: str) -> str:
+    """One line for a file whose suffix no reader reads (a torch pickle, some other format)."""
+    if path.endswith(PICKLE_SUFFIXES):
+        return (f"{path}: a pickled (torch) checkpoint, which vit-jax never loads (unpickling can run code); save its "
+                "state dict with safetensors.torch.save_file. vit-jax reads: " + readable())
+    return f"{path}: not a checkpoint vit-jax reads. vit-jax reads: {readable()}"
 
 
 def targets() -> tuple[str, ...]:

@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from vit_jax.checkpoints import bit, formats, vit_formats  # noqa: F401  (bit, vit_formats: they register readers)
+from vit_jax.checkpoints import bit, formats, swin_formats, vit_formats  # noqa: F401  (they register readers)
 from vit_jax.checkpoints.layouts import CheckpointReadError, ImageSizeRequiredError
 from vit_jax.errors import one_line
 from vit_jax.storage.remote import is_url
@@ -35,6 +35,8 @@ def load_any(path: str, **infer_kw: Any) -> tuple[Any, dict[str, Any]]:
 
         try:
             reader = formats.reader_for(path)
+            if reader is None:
+                raise formats.UnrecognisedCheckpointError(formats.describe_unrecognised(path))
             return reader.load(path, **infer_kw)
         except SafetensorError as e:
             raise CheckpointReadError(f"{path} is not a readable .safetensors file ({one_line(e)})") from e
@@ -42,7 +44,7 @@ def load_any(path: str, **infer_kw: Any) -> tuple[Any, dict[str, Any]]:
         from vit_jax.checkpoints.training import load_params_from_run
 
         return load_params_from_run(path)
-    raise CheckpointReadError(f"{path}: not an {', '.join(formats.suffixes())} or training checkpoint directory")
+    raise formats.UnrecognisedCheckpointError(formats.describe_unknown_file(path))
 
 
 def check_exists(path: str) -> None:

@@ -31,7 +31,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from vit_jax.checkpoints import damage
-from vit_jax.errors import UserError, debug_enabled, one_line
+from vit_jax.errors import MissingInputError, UserError, debug_enabled, one_line
 from vit_jax.parallel.distributed import all_processes, barrier
 from vit_jax.storage.remote import is_url
 
@@ -370,7 +370,12 @@ def _step_dir(path: str) -> epath.Path:
     for step in steps:  # the newest complete one (a run may hold an unfinished or damaged newest step)
         if step_problem(p / str(step)) is None:
             return p / str(step)
-    raise FileNotFoundError(f"no complete checkpoint under {path} (expected WORKDIR/checkpoints/<step>/)")
+    orbax = p.exists() and any((p / marker).exists() for marker in ("_CHECKPOINT_METADATA", "manifest.ocdbt",
+                                                                      "_METADATA", "state"))
+    found = "an Orbax checkpoint without vit-jax's run metadata (meta/)" if orbax else (
+        f"a folder of {', '.join(sorted(c.name for c in p.iterdir())[:4]) or 'nothing'}" if p.exists() else "")
+    raise MissingInputError(f"no complete checkpoint under {path}" + (f" ({found})" if found else "")
+                            + "; expected a vit-jax run: WORKDIR, WORKDIR/checkpoints or WORKDIR/checkpoints/<step>")
 
 
 def load_run_metadata(path: str) -> dict:
@@ -407,9 +412,17 @@ def load_state_from_run(path: str, shapes: dict[str, Any]) -> tuple[Any, dict[st
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)
+    reason = None
     with ocp.PyTreeCheckpointer() as ckptr:
-        out = ckptr.restore(step_dir / "state", args=ocp.args.PyTreeRestore(
-            item=target, restore_args=restore_args, partial_restore=True))
+        try:
+            out = ckptr.restore(step_dir / "state", args=ocp.args.PyTreeRestore(
+                item=target, restore_args=restore_args, partial_restore=True))
+        except Exception as e:  # noqa: BLE001 - a damaged file surfaces as any of Orbax's/tensorstore's errors
+            reason = damage.describe(step_dir, e)
+            if debug_enabled():
+                raise CheckpointError(f"checkpoint {step_dir} cannot be restored: {reason}") from e
+    if reason is not None:  # raised outside the except clause: TensorStore's pages stay out of the traceback
+        raise CheckpointError(f"checkpoint {step_dir} cannot be restored: {reason}")
     return cfg, jax.tree.map(np.asarray, out)
 
 

@@ -43,7 +43,37 @@ def export(cfg: ViTConfig, params: dict[str, Any], dst: str,
     return cfg, notes, f"{request.to} layout"
 
 
-formats.register_reader(formats.Reader(family="ViT", suffix=".npz", recognise=None, load=load_npz_params))
-formats.register_reader(formats.Reader(family="ViT", suffix=".safetensors", recognise=None,
-                                       load=lambda path, **_: load_timm(path)))
+def is_vit_npz_file(path: str) -> bool:
+    """Whether an .npz holds a ViT (official, big_vision or a train checkpoint's wrapper around one): a patch
+    embedding, from the archive's names only. An archive that cannot be listed is left to the one-line description
+    of an unrecognised file (formats.describe_unrecognised), which reads it and names what is wrong."""
+    import zipfile
+
+    from etils import epath
+
+    try:
+        with epath.Path(path).open("rb") as f:
+            return any(n.endswith("embedding/kernel.npy") for n in zipfile.ZipFile(f).namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def is_vit_timm_file(path: str) -> bool:
+    """Whether a .safetensors file holds a timm VisionTransformer (SAM-style included): a patch embedding and an
+    absolute position embedding (timm's Swin has the first, not the second). Reads the header only."""
+    from safetensors import safe_open
+
+    with safe_open(path, "np") as f:
+        keys = set(f.keys())
+    return {"patch_embed.proj.weight", "pos_embed"} <= keys
+
+
+formats.register_reader(formats.Reader(
+    family="ViT", suffix=".npz", recognise=is_vit_npz_file, load=load_npz_params,
+    reads="official/big_vision .npz", signature=("embedding/kernel", "cls", "Transformer/encoder_norm/scale",
+                                                 "Transformer/posembed_input/pos_embedding", "head/kernel")))
+formats.register_reader(formats.Reader(
+    family="ViT", suffix=".safetensors", recognise=is_vit_timm_file, load=lambda path, **_: load_timm(path),
+    reads="timm .safetensors", signature=("patch_embed.proj.weight", "pos_embed", "cls_token",
+                                          "blocks.0.attn.qkv.weight", "norm.weight", "head.weight")))
 formats.register_exporter(formats.Exporter(family="ViT", targets=(*LAYOUTS, "timm"), export=export))
