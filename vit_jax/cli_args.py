@@ -39,6 +39,20 @@ DEPRECATED = {"--batch": "--batch-size", "--size": "--image-size", "--heads": "-
               "--patch": "--patch-size", "--json": "--output", "--out": "--output"}
 
 
+def output_path(text: str) -> str:
+    """argparse `type=` of an output flag: a path whose folder exists or can be made, so a command that cannot write
+    its result stops with a usage error before any work, not with a traceback at the end. URLs are left to the
+    storage layer."""
+    if not text or text == "-" or "://" in text:  # none, stdout, a bucket
+        return text
+    parent = os.path.dirname(os.path.abspath(text))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {parent} is not a writable folder")
+    return text
+
+
 # A value of a list-valued flag that starts with a negative number: -1,1,1 / -1 / -0.5 / -1x2
 _NEGATIVE_LIST = re.compile(r"^-\d[\d.]*([,x:]-?\d[\d.]*)*$")
 

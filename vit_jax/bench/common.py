@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
+from vit_jax import cli_args
 from vit_jax.models import attention_cpu
 from vit_jax.models.config import DTYPES, REMAT_POLICIES
 from vit_jax.train.metrics import CPU_REFERENCE_N, MatmulReference, cpu_seconds
@@ -64,7 +65,8 @@ def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 
                    help="CPU only: size of the reference fp32 matmul (the trainer's MFU uses the default)")
     p.add_argument("--compile-only", action="store_true",
                    help="ahead-of-time compile and report compile time and memory; allocate and run nothing")
-    p.add_argument("--output", dest="json", default="", metavar="PATH", help="write the result here as JSON")
+    p.add_argument("--output", dest="json", type=cli_args.output_path, default="", metavar="PATH",
+                   help="write the result here as JSON")
 
 
 def parse_mesh(text: str) -> tuple[int, int, int]:

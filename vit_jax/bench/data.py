@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-device", action="store_true", help="skip the runs that build global jax.Arrays")
     p.add_argument("--no-per-call", action="store_true", help="skip (b'), the per-image tf.function loop")
     p.add_argument("--stages", action="store_true", help="add a per-stage cost breakdown (single thread)")
-    p.add_argument("--output", dest="json", nargs="?", const="-", default="", metavar="PATH",
+    p.add_argument("--output", dest="json", type=cli_args.output_path, nargs="?", const="-", default="", metavar="PATH",
                    help="write the result as JSON to PATH (like bench train/eval); bare --output prints it instead "
                         "of the table")
     p.add_argument("--remote", action="store_true", help="bench the bucket stream instead (see data_remote.py)")

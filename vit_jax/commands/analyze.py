@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help=".npz (official/big_vision), .safetensors, or a run directory")
     p.add_argument("--what", required=True, help=f"comma-separated: {', '.join(ANALYSES)}, or all")
-    p.add_argument("--output", dest="out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--output", dest="out", type=cli_args.output_path,
+                   required=True, metavar="DIR", help="output directory")
     p.add_argument("--images", default=None, help=".npy / .npz (key 'images') array, or a folder of image files")
     p.add_argument("--dataset", default=None, help="dataset name for the data pipeline, e.g. digits")
     p.add_argument("--split", default="test", help="dataset split (with --dataset)")

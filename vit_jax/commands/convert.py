@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = cli_args.ArgumentParser(prog="vit-jax convert", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", dest="src", metavar="SRC", help="the checkpoint to convert")
-    ap.add_argument("--output", dest="dst", metavar="DST", help="the file to write")
+    ap.add_argument("--output", dest="dst", type=cli_args.output_path, metavar="DST", help="the file to write")
     ap.add_argument("paths", nargs="*", help=argparse.SUPPRESS)  # SRC DST: the old positional spelling
     ap.add_argument("--to", required=True, choices=formats.targets())
     ap.add_argument("--image-size", type=parse_size, help="new resolution, e.g. 384 or 384x512: resizes the posemb")

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="draw the shots from the first N training examples only (0: all)")
     ap.add_argument("--l2-reg", type=float, default=1e-2)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--output", dest="json", metavar="PATH", help="also write the results to this JSON file")
+    ap.add_argument("--output", dest="json", type=cli_args.output_path,
+                    metavar="PATH", help="also write the results to this JSON file")
     args = ap.parse_args(argv)
 
     from vit_jax import runtime

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--images", required=True, help=".npy / .npz (key 'images') array, or a folder of image files")
-    ap.add_argument("--output", required=True, help="where to write the logits (.npy)")
+    ap.add_argument("--output", type=cli_args.output_path, required=True, help="where to write the logits (.npy)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--top-k", type=int, default=0, help="also print the top-k classes of each image")
     ap.add_argument("--features", choices=FEATURES, help="what to write: logits (classifiers), or a dense backbone's "

@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="overlay the ViT paper's Table 6 points and add them to the table")
     report.add_argument("--progress", default="examples", choices=("examples", "epochs", "steps", "exaflops"),
                         help="x-axis of curves.png")
-    report.add_argument("--output", dest="out", default=None, metavar="DIR", help="output directory (default ROOT/report)")
+    report.add_argument("--output", dest="out", type=cli_args.output_path,
+                        default=None, metavar="DIR", help="output directory (default ROOT/report)")
     report.add_argument("--finetune-root", action="append", default=[], metavar="DIR",
                         help="sweep root of fine-tuning runs started from this sweep's runs (repeatable): adds "
                              "finetune/DATASET/top1 columns, selectable with --metric")
