@@ -119,6 +119,8 @@ def _objective_eval(path: str, recorded: dict, cfg, params, mesh, dataset: str, 
                          f"know ({', '.join(OBJECTIVES)}); evaluate it with --fewshot")
     config = ml_collections.ConfigDict(recorded) if recorded else default_config()
     objective = OBJECTIVES[name].from_config(config, cfg)
+    # The run's own op modules (data.pp_modules, e.g. the image-text ops), which its eval op string may name.
+    pipeline.pp_lib.load_modules(tuple(config.get("data", {}).get("pp_modules", ()) or ()))
     ds = pipeline.open_dataset(dataset, data_dir=data_dir)
     if objective.uses_labels:
         if not cfg.num_classes:
