@@ -14,6 +14,7 @@ import numpy as np
 
 from vit_jax.checkpoints.layouts import CheckpointMismatchError, flatten, unflatten
 from vit_jax.models.config import ViTConfig
+from vit_jax.models.swin import resize_rel_bias_table
 from vit_jax.models.windows import resize_rel_pos
 
 RESIZE_METHODS = ("bicubic", "bilinear")
@@ -42,6 +43,11 @@ def _is_rel_pos(key: str) -> bool:
     return key.startswith("encoder/rel_pos_")
 
 
+def _is_swin_rel_bias(key: str) -> bool:
+    """A Swin block's relative position bias table (models/swin.py), sized by its stage's window."""
+    return key.startswith("stage") and key.endswith("/attn/rel_bias")
+
+
 def _strip_for_dense(src: dict[str, np.ndarray], prefix: int, notes: list[str]) -> int:
     """Drops what a dense backbone lacks from flat source params (in place): the class token (and its position
     embedding row), the final LayerNorm and a MAP pooling head. Returns the position embedding's prefix rows left."""
@@ -62,7 +68,8 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
     - parameters under a `reinit` prefix (default: the head) keep their fresh (zero) initialisation;
     - a pre-logits layer the target lacks is dropped; one the target adds stays freshly initialised;
     - the learned position embedding is resized to the target grid (class-token row kept apart), and relative
-      position tables to the target's attention sizes (global blocks follow the grid);
+      position tables to the target's attention sizes (global blocks follow the grid; a Swin's bias tables to its
+      stages' windows);
     - everything else must match in name and shape, or a CheckpointMismatchError lists every difference.
     Both configs are of one model family (a BiT ResNet's checkpoint fine-tunes a BiT ResNet).
     """
@@ -76,7 +83,8 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
                                       "(another model family)")
     pooled = hasattr(target_cfg, "pool")  # a family with a pooling choice (and a class token with "token": a ViT)
     to_dense = pooled and target_cfg.dense and not loaded_cfg.dense
-    prefix = 1 if pooled and loaded_cfg.pool == "token" else 0
+    # position-embedding rows of the class token (and of DeiT's distillation token)
+    prefix = getattr(loaded_cfg, "num_prefix_tokens", int(loaded_cfg.pool == "token")) if pooled else 0
     if to_dense:  # a classifier's encoder as a dense backbone: no class token, final LayerNorm or pooling
         prefix = _strip_for_dense(src, prefix, notes)
     if pooled and not to_dense and loaded_cfg.pool != target_cfg.pool and not (
@@ -111,6 +119,11 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
             notes.append(f"resized {key} {value.shape[0]} -> {init_value.shape[0]} rows (linear, as SAM "
                          "interpolates a table trained for another attention size)")
             value = np.asarray(resize_rel_pos(jnp.asarray(value), init_value.shape[0]))
+        if _is_swin_rel_bias(key) and value.shape[1:] == init_value.shape[1:] and value.shape != init_value.shape:
+            window = target_cfg.stage_window(int(key.split("/")[0].removeprefix("stage")))[0]
+            notes.append(f"resized {key} {value.shape[0]} -> {init_value.shape[0]} rows (bicubic, for window "
+                         f"{window[0]}x{window[1]})")
+            value = resize_rel_bias_table(value, window)
         if tuple(value.shape) != tuple(init_value.shape):
             mismatched.append(f"{key} {tuple(value.shape)} vs {tuple(init_value.shape)}")
             continue
