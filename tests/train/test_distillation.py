@@ -108,3 +108,25 @@ def test_the_teacher_is_sharded_frozen_and_resumes_exactly(run, tmp_path, digits
     for saved in (first, last):  # the teacher as written, bit for bit, after training
         jax.tree.map(np.testing.assert_array_equal, saved["extra"]["teacher"], written)
     assert not np.array_equal(first["params"]["head"]["kernel"], last["params"]["head"]["kernel"])
+
+
+def test_deits_distillation_token_learns_the_teacher_and_its_class_token_the_labels():
+    """With a distilled student, the label loss reaches only the class head and the distillation loss only the
+    distillation head (DeiT's split), and the eval step predicts with their average."""
+    from vit_jax.train.objectives.distillation import DistillConfig, Distillation
+
+    student_cfg = vit_config(None, num_classes=10, image_size=16, patch_size=4, width=32, depth=1, mlp_dim=64,
+                             num_heads=2, distilled=True)
+    teacher_params = build_model(TEACHER).init(jax.random.key(1))
+    teacher_params["head"]["kernel"] = jax.random.normal(jax.random.key(2), teacher_params["head"]["kernel"].shape)
+    images = jax.random.uniform(jax.random.key(3), (4, 16, 16, 3), minval=-1, maxval=1)
+    inputs = {"image": images, "labels": jax.nn.one_hot(jnp.arange(4), 10)}
+    params = build_model(student_cfg).init(jax.random.key(4))
+    for alpha, trained, untouched in ((1.0, "head_dist", "head"), (0.0, "head", "head_dist")):
+        objective = Distillation(student_cfg, DistillConfig(teacher="t", mode="hard", alpha=alpha), TEACHER,
+                                 teacher_params)
+        extra = objective.init_extra(None)
+        grads = jax.jit(jax.grad(objective.loss))(params, inputs, jax.random.key(5), extra)
+        assert np.abs(grads[trained]["kernel"]).max() > 0
+        assert np.abs(grads[untouched]["kernel"]).max() == 0
+    assert objective.flops.train == 3 * model_flops(student_cfg).forward + model_flops(TEACHER).forward

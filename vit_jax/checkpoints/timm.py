@@ -2,6 +2,7 @@
 
 timm key names and tensor layouts (PyTorch: Linear weight (out, in), Conv2d weight (out, in, kh, kw)):
 `cls_token`, `pos_embed` (class row included when the model has a class token), `patch_embed.proj.*`,
+DeiT's `dist_token` and `head_dist.*` (timm's VisionTransformerDistilled: `pos_embed` then has both token rows),
 `blocks.{i}.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/mlp.fc2.*`, `norm.*`, `head.*`, and for attention pooling
 `attn_pool.{latent,q,kv,proj,norm,mlp.fc1,mlp.fc2}`.
 
@@ -64,6 +65,8 @@ def to_timm(params: dict[str, Any], cfg: ViTConfig) -> dict[str, np.ndarray]:
     out["patch_embed.proj.bias"] = p["embedding/bias"]
     if cfg.pool == "token":
         out["cls_token"] = p["cls"]
+    if cfg.distilled:
+        out["dist_token"] = p["dist"]
     out["pos_embed"] = p["pos_embedding"]
     d = cfg.width
     out.update(blocks_to_timm(p, cfg))
@@ -85,6 +88,9 @@ def to_timm(params: dict[str, Any], cfg: ViTConfig) -> dict[str, np.ndarray]:
     if cfg.num_classes:
         out["head.weight"] = linear_to_torch(p["head/kernel"])
         out["head.bias"] = p["head/bias"]
+    if cfg.distilled:
+        out["head_dist.weight"] = linear_to_torch(p["head_dist/kernel"])
+        out["head_dist.bias"] = p["head_dist/bias"]
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 
@@ -105,6 +111,8 @@ def from_timm(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
     p["embedding/bias"] = pop("patch_embed.proj.bias")
     if cfg.pool == "token":
         p["cls"] = pop("cls_token")
+    if cfg.distilled:
+        p["dist"] = pop("dist_token")
     p["pos_embedding"] = pop("pos_embed")
     p.update(blocks_from_timm(pop, cfg))
     p["encoder/norm/scale"], p["encoder/norm/bias"] = pop("norm.weight"), pop("norm.bias")
@@ -126,6 +134,9 @@ def from_timm(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
     if cfg.num_classes:
         p["head/kernel"] = pop("head.weight").T
         p["head/bias"] = pop("head.bias")
+    if cfg.distilled:
+        p["head_dist/kernel"] = pop("head_dist.weight").T
+        p["head_dist/bias"] = pop("head_dist.bias")
     if sd:
         raise CheckpointMismatchError(f"timm state dict has keys {cfg.name} does not use: {sorted(sd)}")
     p = {key: np.ascontiguousarray(v) for key, v in p.items()}
@@ -146,7 +157,9 @@ def save_timm(path: str, params: dict[str, Any], cfg: ViTConfig) -> None:
     meta = {"format": "pt", "timm_kwargs": json.dumps(timm_kwargs(cfg)), "vit_jax_config": json.dumps(
         {"variant_name": cfg.name, **{f: getattr(cfg, f) for f in ("image_size", "patch_size", "width", "depth",
                                                                   "mlp_dim", "num_heads", "pool", "num_classes",
-                                                                  "gelu")}})}
+                                                                  "gelu", "distilled")}})}
+    if cfg.distilled:  # the class those arguments build: timm.models.deit's, which takes the same arguments
+        meta["timm_class"] = "VisionTransformerDistilled"
     save_file(to_timm(params, cfg), path, metadata=meta)
 
 
@@ -177,7 +190,8 @@ def infer_timm_config(sd: dict[str, np.ndarray], meta: dict[str, Any] | None = N
     depth = len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
     mlp = sd["blocks.0.mlp.fc1.weight"].shape[0]
     pool = "token" if "cls_token" in sd else ("map" if "attn_pool.latent" in sd else "gap")
-    n = sd["pos_embed"].shape[1] - (1 if pool == "token" else 0)
+    distilled = "dist_token" in sd  # timm's VisionTransformerDistilled (deit_*_distilled_*)
+    n = sd["pos_embed"].shape[1] - (1 if pool == "token" else 0) - int(distilled)
     g = int(round(n**0.5))
     if g * g != n:
         raise CheckpointMismatchError("cannot infer a square image size from timm pos_embed; pass a config")
@@ -189,4 +203,4 @@ def infer_timm_config(sd: dict[str, np.ndarray], meta: dict[str, Any] | None = N
     # Without our metadata the file is timm's own: its VisionTransformer defaults to the exact (erf) GELU.
     return vit_config(width=width, depth=depth, mlp_dim=mlp, num_heads=heads, patch_size=(ph, pw), pool=pool,
                       image_size=(g * ph, g * pw), num_classes=sd["head.weight"].shape[0] if "head.weight" in sd else 0,
-                      gelu="erf")
+                      gelu="erf", distilled=distilled)

@@ -84,6 +84,10 @@ class ViTConfig:
     # LayerNorm epsilon of the encoder (blocks and final norm): 1e-6 as the official ViT and SAM; timm's SAM port
     # builds its blocks with torch's default 1e-5, so its state dicts load with that.
     ln_eps: float = 1e-6
+    # DeiT (Touvron et al. 2021): a distillation token after the class token ([cls, dist, patches], both with
+    # position embeddings) with its own head `head_dist`; the model predicts with the two heads' average and
+    # returns each head's logits in `out` (cls_logits, dist_logits) for the distillation objective.
+    distilled: bool = False
 
     def __post_init__(self):
         def check(name, value, allowed):
@@ -128,6 +132,10 @@ class ViTConfig:
                                    f"pool='gap' (got {self.num_classes}, {self.rep_size}, {self.pool!r})")
         if not 0 < self.ln_eps < 1:
             raise ModelConfigError(f"ln_eps={self.ln_eps}: use a small positive epsilon such as 1e-6")
+        if self.distilled and (self.pool != "token" or not self.num_classes or self.rep_size):
+            raise ModelConfigError(f"distilled=True (DeiT's distillation token) needs pool='token', a head and no "
+                                   f"pre-logits (got pool={self.pool!r}, num_classes={self.num_classes}, "
+                                   f"rep_size={self.rep_size})")
         if self.neck_dim < 0 or (self.neck_dim and not self.dense):
             raise ModelConfigError(f"neck_dim={self.neck_dim}: the neck exists only with dense=True and needs a "
                                    "positive channel count")
@@ -169,7 +177,12 @@ class ViTConfig:
 
     @property
     def seq_len(self) -> int:
-        return self.num_patches + (1 if self.pool == "token" else 0)
+        return self.num_patches + self.num_prefix_tokens
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patches: the class token, and DeiT's distillation token after it."""
+        return (1 + int(self.distilled)) if self.pool == "token" else 0
 
     @property
     def name(self) -> str:

@@ -107,6 +107,8 @@ def vit_flops(cfg: ViTConfig) -> Flops:
         feat = cfg.rep_size
     if cfg.num_classes:
         parts["head"] = 2.0 * feat * cfg.num_classes
+    if cfg.distilled:
+        parts["head_dist"] = 2.0 * feat * cfg.num_classes
     return Flops(forward=sum(parts.values()), breakdown=parts)
 
 

@@ -144,6 +144,8 @@ class ViT(nnx.Module):
             cin = 3
         self.embedding = L.PatchEmbed(cfg.patch_size, cin, cfg.width, **kw)
         self.cls = L.param(rngs, L.zeros, (1, 1, cfg.width), pd, (None, None, "embed")) if cfg.pool == "token" else None
+        # DeiT's distillation token (random, as timm initialises it: two zero tokens would start out identical).
+        self.dist = L.param(rngs, L.normal(0.02), (1, 1, cfg.width), pd, (None, None, "embed")) if cfg.distilled else None
         if cfg.posemb == "learn":
             self.pos_embedding = L.param(rngs, L.normal(0.02), (1, cfg.seq_len, cfg.width), pd,
                                          (None, None, "embed"))
@@ -164,6 +166,8 @@ class ViT(nnx.Module):
                                  bias_init=L.constant(cfg.head_bias_init), **kw)
         else:
             self.head = None
+        self.head_dist = (L.Linear(feat, cfg.num_classes, ("embed", "vocab"), kernel_init=L.zeros, **kw)
+                          if cfg.distilled else None)
 
     def embed(self, images: jax.Array) -> jax.Array:
         """Images -> patch tokens (B, N, D) (before class token and position embedding)."""
@@ -184,21 +188,24 @@ class ViT(nnx.Module):
         return self.add_positions(self.embed(images))
 
     def add_positions(self, x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
-        """Patch embeddings (B, N, D) -> `tokens`' two parts. Apart so that masked patch prediction can corrupt the
-        patch embeddings before their positions are added."""
+        """Patch embeddings (B, N, D) -> `tokens`' two parts (the second: class and distillation tokens, (B, 2, D),
+        with DeiT's token). Apart so that masked patch prediction can corrupt the patch embeddings before their
+        positions are added."""
         cfg = self.cfg
         dtype = x.dtype
+        k = cfg.num_prefix_tokens
         if self.pos_embedding is not None:
             pe = self.pos_embedding[...].astype(dtype)
         else:
             pe = posemb_sincos_2d(*cfg.grid, cfg.width)
-            if self.cls is not None:  # the class token gets no position
-                pe = np.concatenate([np.zeros((1, 1, cfg.width), np.float32), pe], 1)
+            if k:  # the class (and distillation) token get no position
+                pe = np.concatenate([np.zeros((1, k, cfg.width), np.float32), pe], 1)
             pe = jnp.asarray(pe, dtype)
         if self.cls is None:
             return x + pe, None
-        cls = jnp.broadcast_to(self.cls[...].astype(dtype), (x.shape[0], 1, cfg.width))
-        return x + pe[:, 1:], cls + pe[:, :1]
+        prefix = self.cls[...] if self.dist is None else jnp.concatenate([self.cls[...], self.dist[...]], 1)
+        prefix = jnp.broadcast_to(prefix.astype(dtype), (x.shape[0], k, cfg.width))
+        return x + pe[:, k:], prefix + pe[:, :k]
 
     def __call__(self, images: jax.Array, *, train: bool = False, rng: jax.Array | None = None,
                  capture: tuple[str, ...] = ()) -> tuple[jax.Array, dict[str, Any]]:
@@ -234,6 +241,10 @@ class ViT(nnx.Module):
             x = jnp.tanh(self.pre_logits(x))
         out["pre_logits"] = x
         logits = self.head(x) if self.head is not None else x
+        if self.head_dist is not None:  # DeiT: the class and distillation heads, averaged to predict
+            out["cls_logits"] = logits.astype(jnp.float32)
+            out["dist_logits"] = self.head_dist(encoded[:, 1]).astype(jnp.float32)
+            logits = (out["cls_logits"] + out["dist_logits"]) / 2
         return logits.astype(jnp.float32), out
 
 
