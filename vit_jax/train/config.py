@@ -47,7 +47,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.total_epochs = 0.0
     c.total_examples = 0
     c.optimizer = dict(
-        name="adamw",  # adamw | sgd | adafactor
+        name="adamw",  # adamw | sgd | adafactor | lamb
         lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, momentum=0.9, nesterov=False,
         weight_decay=0.0,  # decoupled; multiplied by the lr schedule (optax convention)
         decay_mask="kernels",  # kernels | all | none: which parameters are decayed
@@ -67,6 +67,8 @@ def default_config() -> ml_collections.ConfigDict:
         kind="softmax_xent",  # softmax_xent | sigmoid_xent
         label_smoothing=0.0,
         mixup_alpha=0.0,  # > 0: mixup on device with lambda ~ Beta(alpha, alpha)
+        cutmix_alpha=0.0,  # > 0: CutMix (data/mixup.py), switched per batch with mixup when both are on (DeiT)
+        cutmix_switch_prob=0.5,  # with both on: the probability of CutMix for a batch
     )
     # What the run learns (train/objectives/: classification, mae, masked_patch_prediction, segmentation, or any
     # registered objective); each objective's own settings are a group of their own (mae.*, mpp.*, ...), with the
@@ -190,8 +192,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"set only one of {', '.join(set_)}")
     if config.batch_size % config.micro_batches:
         raise ConfigError(f"batch_size {config.batch_size} is not divisible by micro_batches {config.micro_batches}")
-    choices = {"optimizer.name": ("adamw", "sgd", "adafactor"), "optimizer.schedule": ("cosine", "linear", "rsqrt",
-               "staircase", "constant"), "optimizer.decay_mask": ("kernels", "all", "none"),
+    choices = {"optimizer.name": ("adamw", "sgd", "adafactor", "lamb"),
+               "optimizer.schedule": ("cosine", "linear", "rsqrt", "staircase", "constant"),
+               "optimizer.decay_mask": ("kernels", "all", "none"),
                "loss.kind": ("softmax_xent", "sigmoid_xent"), "optimizer.mu_dtype": ("float32", "bfloat16"),
                "init.posemb_resize": ("bicubic", "bilinear"), "objective": tuple(objectives.OBJECTIVES)}
     for key, allowed in choices.items():
@@ -222,8 +225,11 @@ def _check_objective(config: ml_collections.ConfigDict) -> None:
     if objective.pretraining and 0.0 < config.optimizer.layer_decay < 1.0:
         raise ConfigError(f"optimizer.layer_decay is for fine-tuning ({config.objective} pretrains every layer at "
                           "one lr): set optimizer.layer_decay=0")
-    if not objective.uses_labels and (config.loss.mixup_alpha or config.loss.label_smoothing):
-        raise ConfigError(f"loss.mixup_alpha and loss.label_smoothing act on labels, which objective "
+    if not 0.0 <= config.loss.cutmix_switch_prob <= 1.0:
+        raise ConfigError(f"loss.cutmix_switch_prob={config.loss.cutmix_switch_prob}: give a probability in [0, 1]")
+    if not objective.uses_labels and (config.loss.mixup_alpha or config.loss.cutmix_alpha
+                                      or config.loss.label_smoothing):
+        raise ConfigError(f"loss.mixup_alpha, cutmix_alpha and label_smoothing act on labels, which objective "
                           f"'{config.objective}' does not use: set them to 0")
     objective.check(config)
 

@@ -62,7 +62,7 @@ def make_optimizer(o: ml_collections.ConfigDict, schedule: optax.Schedule, param
         parts.append(optax.clip_by_global_norm(o.grad_clip_norm))
     mask = decay_mask(params, o.decay_mask)
     mu_dtype = jnp.dtype(o.mu_dtype)
-    if o.name == "adamw":
+    if o.name in ("adamw", "lamb"):
         parts.append(optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps, mu_dtype=mu_dtype))
     elif o.name == "sgd":
         if o.momentum:
@@ -76,6 +76,8 @@ def make_optimizer(o: ml_collections.ConfigDict, schedule: optax.Schedule, param
         raise ValueError(f"unknown optimizer {o.name!r}")
     if o.weight_decay:
         parts.append(optax.add_decayed_weights(o.weight_decay, mask))
+    if o.name == "lamb":  # LAMB (You et al. 2020; DeiT III): the Adam step, decay included, rescaled per layer by
+        parts.append(optax.scale_by_trust_ratio())  # ||params|| / ||update||, as optax.lamb orders it
     if is_on(o.layer_decay):  # off adds no transform: the optimizer state is the same as without the option
         parts.append(scale_by_layer(layer_scales(params, o.layer_decay)))
     parts.append(optax.scale_by_learning_rate(schedule))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from vit_jax.data.mixup import mixup
+from vit_jax.data.mixup import mix
 from vit_jax.errors import ConfigError
 from vit_jax.eval.steps import make_eval_step
 from vit_jax.models.build import build_model, model_flops
@@ -22,16 +22,19 @@ class Classification(Objective):
     evaluator = "classification"
 
     def __init__(self, model: FunctionalViT, loss_kind: str = "softmax_xent", label_smoothing: float = 0.0,
-                 mixup_alpha: float = 0.0):
+                 mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0, cutmix_switch_prob: float = 0.5):
         self.model, self.loss_kind = model, loss_kind
         self.label_smoothing, self.mixup_alpha = label_smoothing, mixup_alpha
+        self.cutmix_alpha, self.cutmix_switch_prob = cutmix_alpha, cutmix_switch_prob
         self.loss_fn = LOSSES[loss_kind]
         self.needs_rng = needs_rng(model.cfg)
         self.flops = model_flops(model.cfg)
 
     @classmethod
     def from_config(cls, config, model_cfg):
-        return cls(build_model(model_cfg), config.loss.kind, config.loss.label_smoothing, config.loss.mixup_alpha)
+        loss = config.loss
+        return cls(build_model(model_cfg), loss.kind, loss.label_smoothing, loss.mixup_alpha, loss.cutmix_alpha,
+                   loss.cutmix_switch_prob)
 
     @classmethod
     def check(cls, config):
@@ -47,8 +50,9 @@ class Classification(Objective):
     def loss(self, params, inputs, key, extra=None):
         images, labels = inputs["image"], inputs["labels"]
         k_mix, k_model = jax.random.split(key)
-        if self.mixup_alpha:
-            mixed = mixup({"image": images, "labels": labels}, k_mix, self.mixup_alpha)
+        if self.mixup_alpha or self.cutmix_alpha:
+            mixed = mix({"image": images, "labels": labels}, k_mix, self.mixup_alpha, self.cutmix_alpha,
+                        self.cutmix_switch_prob)
             images, labels = mixed["image"], mixed["labels"]
         logits, _ = self.model.apply(params, images, train=True, rng=k_model if self.needs_rng else None)
         return jnp.mean(self.loss_fn(logits, labels))

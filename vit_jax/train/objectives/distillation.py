@@ -13,7 +13,7 @@ Modes (`distill.mode`), the teacher always seeing exactly the student's batch (t
   issue #61 — a constant factor the learning rate absorbs);
 - `hard` (DeiT): cross-entropy of the student against the teacher's top class, no smoothing on it;
 - `function_matching` (Beyer et al. 2022, "a good teacher is patient and consistent"): the KL at tau = 1 on the
-  identical mixup'd batch (set loss.mixup_alpha for the mixup; the recipe pairs it with very long schedules).
+  identical mixup'd batch (set loss.mixup_alpha / cutmix_alpha; the recipe pairs it with very long schedules).
 `distill.alpha` mixes in the label loss: (1 - alpha) * label loss (loss.kind, with label smoothing) + alpha *
 distillation loss (DeiT's alpha; 1.0 = the teacher alone). A student with DeiT's distillation token
 (model.distilled=True) trains its class head on the labels and its distillation head on the teacher; it predicts
@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vit_jax.data.mixup import mixup
+from vit_jax.data.mixup import mix
 from vit_jax.errors import ConfigError
 from vit_jax.eval.steps import make_eval_step
 from vit_jax.models.build import build_model, describe, model_flops
@@ -88,13 +88,15 @@ class Distillation(Objective):
     settings, settings_type = "distill", DistillConfig
 
     def __init__(self, model_cfg: Any, distill: DistillConfig, teacher_cfg: Any, teacher_params: dict,
-                 loss_kind: str = "softmax_xent", label_smoothing: float = 0.0, mixup_alpha: float = 0.0):
+                 loss_kind: str = "softmax_xent", label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
+                 cutmix_alpha: float = 0.0, cutmix_switch_prob: float = 0.5):
         if getattr(teacher_cfg, "num_classes", 0) != model_cfg.num_classes:
             raise ConfigError(f"distill.teacher predicts {getattr(teacher_cfg, 'num_classes', 0)} classes, the "
                               f"student {model_cfg.num_classes} (the dataset's): distil from a teacher with the "
                               "dataset's head")
         self.distill, self.loss_kind = distill, loss_kind
         self.label_smoothing, self.mixup_alpha = label_smoothing, mixup_alpha
+        self.cutmix_alpha, self.cutmix_switch_prob = cutmix_alpha, cutmix_switch_prob
         self.model = build_model(model_cfg)
         self.teacher = build_model(teacher_cfg)
         self.teacher_params = teacher_params
@@ -110,8 +112,9 @@ class Distillation(Objective):
         distill = cls.settings_of(config)
         size = distill.teacher_image_size
         teacher_cfg, params = load_any(distill.teacher, fallback_image_size=(size, size) if size else None)
-        return cls(model_cfg, distill, teacher_cfg, params, config.loss.kind, config.loss.label_smoothing,
-                   config.loss.mixup_alpha)
+        loss = config.loss
+        return cls(model_cfg, distill, teacher_cfg, params, loss.kind, loss.label_smoothing, loss.mixup_alpha,
+                   loss.cutmix_alpha, loss.cutmix_switch_prob)
 
     @classmethod
     def check(cls, config):
@@ -155,8 +158,8 @@ class Distillation(Objective):
         teacher both see."""
         k_mix, k_model = jax.random.split(key)
         batch = {"image": inputs["image"], "labels": inputs["labels"]}
-        if self.mixup_alpha:
-            batch = mixup(batch, k_mix, self.mixup_alpha)
+        if self.mixup_alpha or self.cutmix_alpha:
+            batch = mix(batch, k_mix, self.mixup_alpha, self.cutmix_alpha, self.cutmix_switch_prob)
         logits, out = self.model.apply(params, batch["image"], train=True, rng=k_model if self.needs_rng else None)
         # With DeiT's distillation token, the class head learns the labels and the distillation head the teacher.
         cls_logits, dist_logits = out.get("cls_logits", logits), out.get("dist_logits", logits)
