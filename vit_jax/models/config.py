@@ -36,6 +36,7 @@ POSEMBS = ("learn", "sincos2d")
 GELUS = ("tanh", "erf")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 DTYPES = ("float32", "bfloat16", "float16")
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash", "cpu")  # models/attention_impl.py says what each is
 
 
 class ModelConfigError(UserError, ValueError):
@@ -68,6 +69,8 @@ class ViTConfig:
     param_dtype: str = "float32"
     remat: str = "none"  # rematerialisation policy per block: none | full | dots | dots_no_batch
     scan: bool = False  # one compiled block scanned over depth (fast compile for deep models)
+    # Which kernel softmax attention lowers to (models/attention_impl.py): a lowering choice, not a parameter.
+    attention: str = "auto"
     # hybrid: units per BiT ResNet stage, e.g. (3, 4, 9) for R50; (0,): the root conv + max-pool alone (the official
     # R+ViT-Ti checkpoints: resnet.num_layers=(), 8x8 patches on the stride-4 root)
     resnet_layers: tuple[int, ...] = ()
@@ -100,6 +103,7 @@ class ViTConfig:
         check("remat", self.remat, REMAT_POLICIES)
         check("dtype", self.dtype, DTYPES)
         check("param_dtype", self.param_dtype, DTYPES)
+        check("attention", self.attention, ATTENTION_IMPLEMENTATIONS)
         if 0 in self.resnet_layers and self.resnet_layers != (0,):
             raise ModelConfigError(
                 f"resnet_layers={self.resnet_layers}: every stage needs units; (0,) is the root-only stem")

@@ -10,6 +10,7 @@ Logical axes used here (mapped to mesh axes by vit_jax.parallel): embed, mlp, he
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vit_jax.models import attention_cpu
+from vit_jax.models import attention_cpu, attention_impl, attention_splash
 from vit_jax.models import windows as W
 from vit_jax.models.sharding_hints import constrain
 
@@ -243,26 +244,37 @@ class OutProjection(nnx.Module):
 def _attention_heads_first(q, k, v) -> jax.Array:
     """Softmax attention over (B, heads, T, head_dim) inputs, returning the same layout.
 
-    On NVIDIA GPUs in 16-bit: cuDNN's fused flash-attention kernel (JAX's default implementation is XLA's own ops on
-    every platform, which on a GPU materialises the (B, heads, T, T) logits; shapes, dtypes or cuDNN versions the
-    kernel rejects while tracing fall back). On CPU in float32: this package's kernel (`attention_cpu`), chosen when
-    lowering. Elsewhere: XLA's ops, written in this layout because it is the one the batched matmuls want: on CPU that
-    saves transposes of q, k, v and the output in both passes (~8% of a ViT-S/16 train step). Logits and softmax are
-    float32 whatever the compute dtype, as in `jax.nn.dot_product_attention`.
+    The kernel is chosen per platform when lowering (attention_impl.py, from `model.attention`): one program traced
+    on a CPU host compiles for a TPU with splash and runs on the CPU with this package's kernel. XLA's own ops are
+    written in this layout because it is the one the batched matmuls want: on CPU that saves transposes of q, k, v
+    and the output in both passes (~8% of a ViT-S/16 train step). Logits and softmax are float32 whatever the
+    compute dtype, as in `jax.nn.dot_product_attention`.
     """
-    if q.dtype == k.dtype == v.dtype == jnp.float32 and k.shape == v.shape and attention_cpu.enabled():
-        return jax.lax.platform_dependent(q, k, v, cpu=attention_cpu.attention, default=_xla_attention)
-    return _xla_attention(q, k, v)
+    requested = attention_impl.current()
+    shapes = dict(q_tokens=q.shape[2], kv_tokens=k.shape[2], dtype=q.dtype, head_dim=q.shape[-1])
+    chosen = {p: attention_impl.choose(requested, p, **shapes)[0] for p in ("cpu", "tpu", "gpu")}
+    if k.shape != v.shape:
+        chosen = dict.fromkeys(chosen, "xla")
+    kernels = {"xla": _xla_attention, "cudnn": _cudnn_attention, "cpu": attention_cpu.attention,
+               "splash": attention_splash.attention}
+    if len(set(chosen.values())) == 1 and chosen["cpu"] != "splash":
+        return kernels[chosen["cpu"]](q, k, v)
+    splash_cpu = functools.partial(attention_splash.attention, interpret=True)  # Pallas's TPU interpret mode
+    return jax.lax.platform_dependent(
+        q, k, v, cpu=splash_cpu if chosen["cpu"] == "splash" else kernels[chosen["cpu"]],
+        tpu=kernels[chosen["tpu"]], cuda=kernels[chosen["gpu"]], rocm=kernels[chosen["gpu"]], default=_xla_attention)
+
+
+def _cudnn_attention(q, k, v) -> jax.Array:
+    """cuDNN's fused flash-attention kernel; shapes or cuDNN versions it rejects while tracing take XLA's ops."""
+    try:
+        out = jax.nn.dot_product_attention(*(jnp.swapaxes(a, 1, 2) for a in (q, k, v)), implementation="cudnn")
+        return jnp.swapaxes(out, 1, 2)
+    except (ValueError, NotImplementedError, RuntimeError, TypeError):
+        return _xla_attention(q, k, v)
 
 
 def _xla_attention(q, k, v) -> jax.Array:
-    half = q.dtype in (jnp.bfloat16, jnp.float16)
-    if half and jax.default_backend() == "gpu":
-        try:
-            out = jax.nn.dot_product_attention(*(jnp.swapaxes(a, 1, 2) for a in (q, k, v)), implementation="cudnn")
-            return jnp.swapaxes(out, 1, 2)
-        except (ValueError, NotImplementedError, RuntimeError, TypeError):
-            pass
     logits_dtype = jnp.promote_types(q.dtype, jnp.float32)
     # 16-bit inputs with float32 logits: an explicit precision keeps the backward pass's dtypes consistent (the same
     # choice as jax.nn.dot_product_attention); backends that lack that algorithm use the default.
@@ -325,7 +337,10 @@ class MultiHeadAttention(nnx.Module):
         q, k, v = self.query.heads_first(x), self.key.heads_first(x), self.value.heads_first(x)
         bias = W.rel_pos_bias(q, *rel_pos, size) if rel_pos is not None else None
         drop = (lambda w: dropout(w, dropout_rate, key)) if key is not None and dropout_rate else None
-        out, weights = W.biased_attention(q, k, v, bias, dropout_fn=drop, return_weights=return_weights)
+        if bias is None and drop is None and not return_weights:  # no bias: a fused kernel can take it
+            out, weights = _attention_heads_first(q, k, v), None
+        else:
+            out, weights = W.biased_attention(q, k, v, bias, dropout_fn=drop, return_weights=return_weights)
         y = self.out.heads_first(out).reshape(-1, *size, d)
         if window:
             y = W.window_unpartition(y, window, padded, grid)

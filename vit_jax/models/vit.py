@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vit_jax.models import attention_impl
 from vit_jax.models import layers as L
 from vit_jax.models.config import ViTConfig
 from vit_jax.models.resnet import ResNetStem, resnet_out_channels
@@ -65,6 +66,11 @@ class Encoder(nnx.Module):
         self.cfg = cfg
 
     def __call__(self, x, *, key=None, capture_blocks=False, capture_attention=False):
+        # The attention kernel (model.attention) is chosen while tracing the blocks; see models/attention_impl.py.
+        with attention_impl.requested(self.cfg.attention):
+            return self._blocks(x, key=key, capture_blocks=capture_blocks, capture_attention=capture_attention)
+
+    def _blocks(self, x, *, key, capture_blocks, capture_attention):
         cfg = self.cfg
         if capture_attention and cfg.window_size:
             raise ValueError("capture='attention' is not available with windowed attention (the weights of "

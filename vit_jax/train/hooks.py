@@ -376,7 +376,8 @@ def write_summary(ctx: HookContext, step: int, hooks: list[Hook], *, skipped_ste
         "model": {"name": m.name, "variant": c.model.variant, "params": ctx.program.model.num_params(),
                   "image_size": list(m.image_size),
                   "patch_size": list(m.patch_size) if hasattr(m, "patch_size") else None,
-                  "family": family_of(m).label(m)},  # the paper's three: ViT, Hybrid, ResNet
+                  "family": family_of(m).label(m),  # the paper's three: ViT, Hybrid, ResNet
+                  "attention": ctx.program.attention},  # kernel requested / used / why (models/attention_impl.py)
         "dataset": {"name": c.data.name, "train_examples": ctx.train_examples},
         "global_batch_size": c.batch_size,
         "steps": step,

@@ -16,6 +16,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 
 from vit_jax.models.build import ModelConfig
+from vit_jax.models import attention_impl
 from vit_jax.models.sharding_hints import activation_sharding
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.parallel import mesh as mesh_lib
@@ -44,6 +45,7 @@ class TrainProgram:
     flops_per_image: float  # analytic training FLOPs per image
     objective: Objective  # what the run learns: model, loss, eval step, extra state (train/objectives/)
     extra_sh: Any = None  # shardings of the objective's extra state (state["extra"]); None: it has none
+    attention: dict[str, str] | None = None  # the attention kernel requested and used (models/attention_impl.py)
 
     def init_state(self, seed: int, params: Any | None = None) -> dict[str, Any]:
         """Fresh state straight into its shardings (no host copy); or around given (already sharded) params."""
@@ -106,6 +108,7 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
     objective = make_objective(c, model_cfg)
     model = objective.model
     mesh = mesh_lib.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor, devices=devices)
+    attention = attention_impl.for_model(model_cfg, mesh.devices.flat[0].platform)  # refuses a kernel it lacks
     dp = mesh.shape["data"] * mesh.shape["fsdp"]
     if c.batch_size % (dp * c.micro_batches) or c.batch_size % jax.process_count():
         raise config_lib.ConfigError(
@@ -149,4 +152,4 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
     return TrainProgram(config=c, model_cfg=model_cfg, model=model, mesh=mesh, schedule=schedule, tx=tx,
                         param_sh=param_sh, state_sh=state_sh, batch_sh=batch_sh, abstract_state=abstract_state,
                         train_step=train_step, eval_step=eval_step, flops_per_image=objective.flops.train,
-                        objective=objective, extra_sh=extra_sh)
+                        objective=objective, extra_sh=extra_sh, attention=attention)

@@ -310,6 +310,8 @@ class Trainer:
             f"{self.hardware['device_kind']} | mesh {dict(self.mesh.shape)}")
         log(f"model {m.name} ({self.model.num_params():,} params, {self.flops_per_image / 3e9:.2f} GFLOP/img fwd) | "
             f"data {c.data.name}: {self.train_examples} train examples, {self.ds.num_classes} classes")
+        if (att := self.program.attention) is not None:
+            log(f"attention: {att['used']} ({att['why']})")
         log(f"batch {c.batch_size} ({c.batch_size // dp} per device, {c.micro_batches} micro-batches) | "
             f"{self.dur.total_steps} steps ({self.dur.total_steps / self.dur.steps_per_epoch:.2f} epochs), "
             f"warmup {self.dur.warmup_steps} | peak {self.hardware['peak_flops_per_device'] / 1e12:.2f} TFLOP/s "
