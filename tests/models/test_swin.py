@@ -44,7 +44,7 @@ def test_custom_names_and_config_errors():
     assert swin_config("Swin-32-2-2", num_heads=(2, 2), image_size=32).name == "Swin-32-2-2 (heads 2-2)"
     with pytest.raises(ModelConfigError, match="unknown Swin model 'Swin-X'"):
         swin_config("Swin-X")
-    with pytest.raises(ModelConfigError, match="must be a positive multiple of 32"):
+    with pytest.raises(ModelConfigError, match="must be a positive multiple of 32x32"):
         swin_config("Swin-T", image_size=200)
     with pytest.raises(ModelConfigError, match="stage 1 has 96 channels, which num_heads=5 does not divide"):
         SwinConfig(num_heads=(5, 6, 12, 24))

@@ -49,7 +49,7 @@ def infer_config(sd: Mapping[str, np.ndarray], recorded: Mapping[str, Any] | Non
     """The SwinConfig of a timm-layout state dict (see the module docstring for what is read from where)."""
     if "patch_embed.proj.weight" not in sd:
         raise CheckpointReadError("not a Swin state dict: no patch_embed.proj.weight")
-    embed_dim, _, patch, _ = sd["patch_embed.proj.weight"].shape
+    embed_dim, _, ph, pw = sd["patch_embed.proj.weight"].shape
     depths, heads, windows = [], [], []
     for s in range(len({int(m[1]) for k in sd if (m := re.match(r"layers\.(\d+)\.blocks\.", k))})):
         blocks = {int(m[1]) for k in sd if (m := re.match(rf"layers\.{s}\.blocks\.(\d+)\.", k))}
@@ -65,9 +65,10 @@ def infer_config(sd: Mapping[str, np.ndarray], recorded: Mapping[str, Any] | Non
     head = sd.get("head.fc.weight")
     recorded = dict(recorded or {})
     window = int(recorded.pop("window_size", max(windows)))
-    image_size = recorded.pop("image_size", None) or fallback_image_size or window * patch * 2 ** (len(depths) - 1)
+    last = window * 2 ** (len(depths) - 1)
+    image_size = recorded.pop("image_size", None) or fallback_image_size or (last * ph, last * pw)
     return SwinConfig(embed_dim=int(embed_dim), depths=tuple(depths), num_heads=tuple(heads), window_size=window,
-                      patch_size=int(patch), mlp_ratio=float(mlp_ratio),
+                      patch_size=(int(ph), int(pw)), mlp_ratio=float(mlp_ratio),
                       num_classes=0 if head is None else int(head.shape[0]),
                       image_size=_pair(image_size), **recorded)
 
@@ -166,7 +167,7 @@ def to_swin_timm(params: dict[str, Any], cfg: SwinConfig) -> dict[str, np.ndarra
 
 def timm_swin_kwargs(cfg: SwinConfig) -> dict[str, Any]:
     """`timm.models.swin_transformer.SwinTransformer(**kwargs)` arguments of the model these weights fit."""
-    return dict(img_size=list(cfg.image_size), patch_size=cfg.patch_size, window_size=cfg.window_size,
+    return dict(img_size=list(cfg.image_size), patch_size=list(cfg.patch_size), window_size=cfg.window_size,
                 embed_dim=cfg.embed_dim, depths=list(cfg.depths), num_heads=list(cfg.num_heads),
                 mlp_ratio=cfg.mlp_ratio, num_classes=cfg.num_classes)
 

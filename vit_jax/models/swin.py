@@ -189,8 +189,7 @@ class Swin(nnx.Module):
     def __init__(self, cfg: SwinConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         kw = dict(param_dtype=jnp.dtype(cfg.param_dtype), rngs=_Keys(rngs.params()))
-        p = cfg.patch_size
-        self.patch_embed = L.PatchEmbed((p, p), 3, cfg.embed_dim, **kw)
+        self.patch_embed = L.PatchEmbed(cfg.patch_size, 3, cfg.embed_dim, **kw)
         self.patch_norm = L.LayerNorm(cfg.embed_dim, eps=cfg.ln_eps, **kw)
         for s, depth in enumerate(cfg.depths):
             stage = nnx.Dict()

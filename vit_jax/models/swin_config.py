@@ -36,7 +36,7 @@ class SwinConfig:
     depths: tuple[int, ...] = (2, 2, 6, 2)  # blocks per stage (pairs of window / shifted-window attention)
     num_heads: tuple[int, ...] = (3, 6, 12, 24)  # attention heads per stage
     window_size: int = DEFAULT_WINDOW  # the attention window (tokens per side); clamped to a smaller stage
-    patch_size: int = 4
+    patch_size: tuple[int, int] = (4, 4)  # (rows, columns) of pixels per patch, as ViTConfig's
     mlp_ratio: float = 4.0
     dense: ClassVar[bool] = False  # read as a classifier (its stage outputs are out["pyramid"])
     num_classes: int = 1000  # 0: no head; the model returns the pooled features
@@ -58,16 +58,17 @@ class SwinConfig:
             if heads < 1 or self.stage_dim(s) % heads:
                 raise ModelConfigError(f"SwinConfig: stage {s + 1} has {self.stage_dim(s)} channels, which "
                                        f"num_heads={heads} does not divide")
-        if self.embed_dim < 1 or self.window_size < 1 or self.patch_size < 1 or self.mlp_ratio <= 0:
+        if self.embed_dim < 1 or self.window_size < 1 or min(self.patch_size) < 1 or self.mlp_ratio <= 0:
             raise ModelConfigError(f"SwinConfig: embed_dim={self.embed_dim}, window_size={self.window_size}, "
                                    f"patch_size={self.patch_size} and mlp_ratio={self.mlp_ratio} must be positive")
         if self.num_classes < 0:
             raise ModelConfigError(f"SwinConfig.num_classes={self.num_classes} must be >= 0 (0: no head)")
-        stride = self.patch_size * 2 ** (len(self.depths) - 1)
-        if min(self.image_size) < 1 or self.image_size[0] % stride or self.image_size[1] % stride:
+        merges = 2 ** (len(self.depths) - 1)
+        stride = (self.patch_size[0] * merges, self.patch_size[1] * merges)
+        if min(self.image_size) < 1 or self.image_size[0] % stride[0] or self.image_size[1] % stride[1]:
             raise ModelConfigError(f"SwinConfig.image_size={self.image_size[0]}x{self.image_size[1]} must be a "
-                                   f"positive multiple of {stride} (patch {self.patch_size} x 2**{len(self.depths) - 1}"
-                                   " patch merges)")
+                                   f"positive multiple of {stride[0]}x{stride[1]} (the patch x 2**{len(self.depths) - 1}"
+                                   " for the patch merges)")
         if not 0.0 <= self.drop_path < 1.0:
             raise ModelConfigError(f"SwinConfig.drop_path={self.drop_path} must be in [0, 1)")
         for name, allowed in (("remat", REMAT_POLICIES), ("dtype", DTYPES), ("param_dtype", DTYPES)):
@@ -79,8 +80,8 @@ class SwinConfig:
 
     def stage_grid(self, s: int) -> tuple[int, int]:
         """(rows, columns) of tokens in stage s."""
-        f = self.patch_size * 2 ** s
-        return self.image_size[0] // f, self.image_size[1] // f
+        f = 2 ** s
+        return self.image_size[0] // (self.patch_size[0] * f), self.image_size[1] // (self.patch_size[1] * f)
 
     def stage_window(self, s: int) -> tuple[tuple[int, int], tuple[int, int]]:
         """(window, shift) of stage s's shifted blocks, per axis: a window larger than the stage is clamped to it and
@@ -117,8 +118,9 @@ def default_heads(embed_dim: int, stages: int) -> tuple[int, ...]:
 
 def _normalise(kw: dict[str, Any]) -> dict[str, Any]:
     kw = dict(kw)
-    if "image_size" in kw:
-        kw["image_size"] = _pair(kw["image_size"])
+    for key in ("image_size", "patch_size"):
+        if key in kw:
+            kw[key] = _pair(kw[key])
     for key in ("depths", "num_heads"):
         if key in kw:
             kw[key] = tuple(int(v) for v in kw[key])

@@ -31,7 +31,7 @@ def from_training_config(m: Mapping[str, Any], num_classes: int,
 
 def describe(cfg: SwinConfig) -> str:
     return (f"{cfg.name} (embed {cfg.embed_dim}, depths {'-'.join(map(str, cfg.depths))}, heads "
-            f"{'-'.join(map(str, cfg.num_heads))}, window {cfg.window_size}, patch {cfg.patch_size}x{cfg.patch_size}, "
+            f"{'-'.join(map(str, cfg.num_heads))}, window {cfg.window_size}, patch {cfg.patch_size[0]}x{cfg.patch_size[1]}, "
             f"classes={cfg.num_classes}, image={cfg.image_size[0]}x{cfg.image_size[1]})")
 
 
@@ -46,10 +46,9 @@ def swin_flops(cfg: SwinConfig) -> Flops:
     model), q.k logits and weights.v inside each window, the MLP, the patch merges and the head; and `elementwise`:
     biases, LayerNorms, softmax with its scale, bias and mask, the exact GELU (whose erf makes it ~5% of a Swin-T's
     count at 96 channels, so it is counted) and the residual sums."""
-    p = cfg.patch_size
-    gh, gw = cfg.stage_grid(0)
+    (ph, pw), (gh, gw) = cfg.patch_size, cfg.stage_grid(0)
     c0 = cfg.embed_dim
-    parts: dict[str, float] = {"patch_embedding": 2.0 * gh * gw * p * p * 3 * c0}
+    parts: dict[str, float] = {"patch_embedding": 2.0 * gh * gw * ph * pw * 3 * c0}
     elementwise = gh * gw * c0 * (1 + LAYERNORM_OPS)  # the embedding's bias, its LayerNorm
     for s, depth in enumerate(cfg.depths):
         d, (h, w), heads = cfg.stage_dim(s), cfg.stage_grid(s), cfg.num_heads[s]
