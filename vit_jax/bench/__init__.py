@@ -14,6 +14,10 @@ BENCHMARKS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] not in BENCHMARKS and argv[0] not in ("-h", "--help"):
+        print(f"vit-jax bench: error: unknown benchmark '{argv[0]}'; choose one of {', '.join(BENCHMARKS)}",
+              file=sys.stderr)
+        return 2
     if not argv or argv[0] not in BENCHMARKS:
         print("usage: vit-jax bench {" + ",".join(BENCHMARKS) + "} [ARGS...]\n")
         for name, (_, text) in BENCHMARKS.items():

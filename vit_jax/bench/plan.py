@@ -364,9 +364,9 @@ def plan(argv: list[str]) -> dict[str, Any]:
         from vit_jax.bench.aot_plan import INSTALL, compiler_of
 
         env = {"JAX_PLATFORMS": "cpu"}
-        common.log(f"[plan] ESTIMATE: XLA:CPU on {devices} simulated CPU devices" + (
+        print(f"[plan] ESTIMATE: XLA:CPU on {devices} simulated CPU devices" + (  # stdout: a note on the result
             f" (the {compiler_of(topology).upper()} compiler is not installed: {INSTALL[compiler_of(topology)]})"
-            if topology else ""))
+            if topology else ""), flush=True)
     t = time.perf_counter()
     out = run_in_subprocess(request, 1 if compiler != "cpu" else devices, args.timeout, env)
     out.update(command=common.command_line("vit-jax plan", argv), accelerator=hbm_name, criterion=args.criterion,

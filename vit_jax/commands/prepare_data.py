@@ -38,7 +38,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("dataset",
                    help="digits | digits_mosaic | imagenet21k[/fall11|/winter21] | folder:/abs/path | a TFDS name")
-    p.add_argument("--data-dir", default=None, help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
+    p.add_argument("--data-dir", default=None, type=cli_args.output_path,
+                   help="TFDS data dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
     p.add_argument("--manual-dir", default=None,
                    help="where manual files are, or the imagenet21k archive (default: <data_dir>/downloads/manual)")
     p.add_argument("--download", action="store_true", help="allow TFDS to download the data (network)")
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                                        prepare=True, download=args.download, num_workers=args.workers,
                                        show_build=True)
         print(json.dumps(ds.description(), indent=1))
-    except (datasets.DataNotFoundError, StorageError) as e:
+    except StorageError as e:  # a bucket that failed (a DataNotFoundError is a usage error: `vit-jax` reports it)
         print(f"prepare-data: {e}", file=sys.stderr)
         return 1
     if not (args.no_verify or in_bucket):  # a bucket's copy was verified before its upload

@@ -31,6 +31,8 @@ class ImageArrayError(UserError, ValueError):
 def read_image_array(path: str, max_images: int | None = None) -> np.ndarray:
     """The images of a .npy array or of the `images` entry of a .npz file, as stored (no pickles; .npy memory-mapped,
     so only the first `max_images` are read)."""
+    if not os.path.exists(path):
+        raise ImageArrayError(f"{path} does not exist (give a .npy/.npz array of images or a folder of image files)")
     if path.endswith(".npz"):
         with np.load(path, allow_pickle=False) as z:
             if "images" not in z.files:

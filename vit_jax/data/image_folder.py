@@ -19,6 +19,7 @@ from pathlib import Path
 import tensorflow_datasets as tfds
 
 from vit_jax.data import features, staging
+from vit_jax.errors import MissingInputError
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 TEST_PERCENT = 20
@@ -41,7 +42,7 @@ def config_for(root: str | os.PathLike) -> FolderConfig:
 def scan(root: Path) -> tuple[dict[str, dict[str, list[Path]]], bool]:
     """{split or "": {class: [image paths]}} and whether the tree has split folders."""
     if not root.is_dir():
-        raise FileNotFoundError(f"image folder {root} does not exist; pass folder:/abs/path/to/images")
+        raise MissingInputError(f"image folder {root} does not exist; pass folder:/abs/path/to/images")
     has_splits = (root / "train").is_dir()
     tops = sorted(p for p in root.iterdir() if p.is_dir())
     groups = {p.name: p for p in tops} if has_splits else {"": root}
@@ -52,7 +53,8 @@ def scan(root: Path) -> tuple[dict[str, dict[str, list[Path]]], bool]:
             for c in sorted(p for p in base.iterdir() if p.is_dir())
         }
     if not any(files for classes in tree.values() for files in classes.values()):
-        raise FileNotFoundError(f"no images found under {root}; expected root/<class>/*.jpg or root/<split>/<class>/*.jpg")
+        raise MissingInputError(
+            f"no images found under {root}; expected root/<class>/*.jpg or root/<split>/<class>/*.jpg")
     return tree, has_splits
 
 

@@ -27,6 +27,7 @@ from typing import Iterator
 import tensorflow_datasets as tfds
 
 from vit_jax.data import features, staging
+from vit_jax.errors import ConfigError
 from vit_jax.resources import __file__ as _resources_init
 
 RESOURCES = Path(_resources_init).parent / "imagenet"
@@ -49,7 +50,7 @@ class Imagenet21kConfig(tfds.core.BuilderConfig):
 def make_config(release: str, holdout_per_class: int = DEFAULT_HOLDOUT) -> Imagenet21kConfig:
     """Config `fall11` / `winter21` (holdout 50), or e.g. `fall11_holdout10` for another held-out size."""
     if release not in ARCHIVES:
-        raise ValueError(f"unknown imagenet21k release '{release}'; choose one of {sorted(ARCHIVES)}")
+        raise ConfigError(f"unknown imagenet21k release '{release}'; choose one of {sorted(ARCHIVES)}")
     name = release if holdout_per_class == DEFAULT_HOLDOUT else f"{release}_holdout{holdout_per_class}"
     return Imagenet21kConfig(name=name, version="1.0.0", release=release, holdout_per_class=holdout_per_class,
                              description=f"ImageNet-21k {release} release, {holdout_per_class} validation images per class")
@@ -58,7 +59,7 @@ def make_config(release: str, holdout_per_class: int = DEFAULT_HOLDOUT) -> Image
 def parse_config_name(name: str) -> Imagenet21kConfig:
     m = re.fullmatch(r"(fall11|winter21)(?:_holdout(\d+))?", name)
     if not m:
-        raise ValueError(f"unknown imagenet21k config '{name}'; use fall11, winter21 or e.g. fall11_holdout10")
+        raise ConfigError(f"unknown imagenet21k config '{name}'; use fall11, winter21 or e.g. fall11_holdout10")
     return make_config(m.group(1), int(m.group(2) or DEFAULT_HOLDOUT))
 
 
