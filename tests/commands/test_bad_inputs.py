@@ -197,3 +197,32 @@ def test_a_bad_input_is_one_line_naming_it_and_exit_2(row, files, capfd, monkeyp
     assert code == 2, (row, code, err[-2000:])
     assert len(lines) == 1 and named in lines[0], (row, lines)
     assert not (tmp_path / "out").exists(), (row, list((tmp_path / "out").rglob("*")))
+
+
+def test_a_timm_checkpoint_of_an_unknown_family_says_what_it_is_in_one_line(files, capfd, tmp_path):
+    """The issue's case: a timm ConvNeXt state dict (random weights, timm itself) given to predict."""
+    from tests.interop import require_timm
+
+    timm = require_timm()
+    from safetensors.torch import save_file
+
+    path = tmp_path / "convnext.safetensors"
+    save_file({k: v.contiguous() for k, v in timm.create_model("convnext_atto", num_classes=3).state_dict().items()},
+              str(path))
+    code, _, err = _run(["predict", "--checkpoint", str(path), "--images", str(files / "images.npy"),
+                         "--output", str(tmp_path / "out" / "logits.npy")], capfd)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert "convnext.safetensors: a safetensors state dict" in lines[0] and "stages.0.blocks.0.conv_dw" in lines[0]
+    assert "nearest known family: BiT" in lines[0] and "vit-jax reads: " in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("how", ["--verbose", DEBUG_ENV])
+def test_verbose_still_shows_the_traceback(how, files, capfd, monkeypatch, tmp_path):
+    monkeypatch.setenv(DEBUG_ENV, "1" if how == DEBUG_ENV else "0")  # restored after the test (--verbose sets it)
+    flag = ["--verbose"] if how == "--verbose" else []
+    code, _, err = _run([*flag, "convert", "--checkpoint", str(files / "notes.txt"), "--output",
+                         str(tmp_path / "o.npz"), "--to", "timm"], capfd)
+    assert code == 2 and "Traceback" in err and "UnrecognisedCheckpointError" in err
+    assert err.strip().splitlines()[-1].startswith("vit-jax convert: error: ")
