@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from vit_jax import cli_args
 from vit_jax.models import attention_cpu
-from vit_jax.models.config import DTYPES, REMAT_POLICIES
+from vit_jax.models.config import ATTENTION_IMPLEMENTATIONS, DTYPES, REMAT_POLICIES
 from vit_jax.train.metrics import CPU_REFERENCE_N, MatmulReference, cpu_seconds
 
 GIB = 1024**3
@@ -57,6 +57,9 @@ def add_model_args(parser: argparse.ArgumentParser, *, batch: int, steps: int = 
     p.add_argument("--global-blocks", type=lambda s: tuple(int(x) for x in s.split(",") if x), default=(),
                    help="blocks that stay global with --window-size, e.g. 2,5,8,11 (SAM-B)")
     p.add_argument("--rel-pos", action="store_true", help="decomposed relative position bias in every block")
+    p.add_argument("--attention", choices=ATTENTION_IMPLEMENTATIONS, default="auto",
+                   help="the attention kernel (model.attention): auto picks splash on TPU from 128 tokens, cuDNN on GPU "
+                        "in 16-bit, the package's kernel on CPU in float32 (models/attention_impl.py)")
     p.add_argument("--cpu-attention", choices=("kernel", "xla"), default="kernel",
                    help="CPU float32 attention: vit_jax's kernel (the default) or XLA's own ops, to compare")
     p.add_argument("--compile-cache", action="store_true",
@@ -90,6 +93,8 @@ def training_config(args: argparse.Namespace, *, optimizer: str = "adamw", mu_dt
     m.width, m.depth, m.mlp_dim, m.num_heads, m.patch_size = args.width, args.depth, args.mlp_dim, args.heads, args.patch
     m.pool, m.window_size, m.global_blocks, m.rel_pos = (args.pool, args.window_size, tuple(args.global_blocks),
                                                          args.rel_pos)
+    if "attention" in family_for_variant(args.variant).schema:  # a ResNet has none
+        m.attention = getattr(args, "attention", "auto")
     c.batch_size = args.batch
     c.micro_batches = micro_batches
     c.total_steps = max(1, args.steps + args.warmup)
@@ -308,10 +313,12 @@ def device_memory_stats(device=None) -> dict[str, Any] | None:
 
 
 def attention_kernel(hlo_text: str) -> str:
-    """Which attention the compiled step uses: cuDNN's fused kernel or vit_jax's CPU kernel (custom calls), or XLA's
-    own ops."""
+    """Which attention the compiled step uses: cuDNN's fused kernel, Pallas splash on TPU (a Mosaic custom call; the
+    step has no other) or vit_jax's CPU kernel (custom calls), or XLA's own ops."""
     if "cudnn$fmha" in hlo_text:
         return "cudnn"
+    if "tpu_custom_call" in hlo_text:
+        return "splash"
     return "vit_jax_cpu" if attention_cpu.FORWARD_TARGET in hlo_text else "xla"
 
 

@@ -140,6 +140,7 @@ def describe(program, batch: int) -> dict[str, Any]:
         "per_device_batch": batch // (mesh["data"] * mesh["fsdp"]), "micro_batches": program.config.micro_batches,
         "remat": program.model_cfg.remat, "dtype": program.model_cfg.dtype,
         "scan": getattr(program.model_cfg, "scan", False),  # a BiT ResNet has no layers to scan
+        "attention": program.attention,  # the kernel requested / used on the plan's platform, and why
         "optimizer": program.config.optimizer.name, "mu_dtype": program.config.optimizer.mu_dtype,
         "params_bytes_total": common.tree_bytes(state["params"]),
         "params_bytes_per_device": common.tree_bytes_per_device(state["params"]),
