@@ -62,3 +62,24 @@ def test_a_run_resumed_from_its_step_2_checkpoint_ends_bit_identical(uninterrupt
     trainer.train()
     (_, resumed), (_, reference) = load_any(workdir), load_any(full)
     assert jax.tree.all(jax.tree.map(np.array_equal, resumed, reference))
+
+
+@pytest.mark.parametrize("name,arg,variant,drop_path", [("swin_i1k", "variant=Swin-B", "Swin-B", 0.5),
+                                                         ("swin_i1k", None, "Swin-T", 0.2),
+                                                         ("demo_swin", None, "Swin-32-2-2", 0.0)])
+def test_shipped_swin_configs_validate_and_build_a_swin(name, arg, variant, drop_path):
+    import importlib.util
+
+    from tests.train.helpers import ROOT
+    from vit_jax.train.config import model_config, validate
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config(arg)
+    validate(c)
+    cfg = model_config(c, 10)
+    assert isinstance(cfg, SwinConfig) and cfg.name == variant and cfg.drop_path == drop_path
+    if name == "demo_swin":  # 2x2 patches: an 8x8 grid in shifted 4x4 windows, then one 4x4 window
+        assert cfg.patch_size == (2, 2) and [cfg.stage_window(s) for s in (0, 1)] == [((4, 4), (2, 2)),
+                                                                                     ((4, 4), (0, 0))]

@@ -12,18 +12,18 @@ from vit_jax.models.swin_config import SwinConfig, is_swin_name, swin_config
 
 # The model.* keys a Swin reads; the defaults are the ViT family's for the keys both read (the first family to name a
 # key sets its default). window_size 0: the variant's (7, the window of every timm/paper ImageNet-1k model at 224).
-SCHEMA = {"variant": "Ti/16", "image_size": 224, "window_size": 0, "drop_path": 0.0, "dtype": "float32",
-          "param_dtype": "float32", "remat": "none", "head_bias_init": 0.0}
+# patch_size 0: the variant's (4).
+SCHEMA = {"variant": "Ti/16", "image_size": 224, "window_size": 0, "patch_size": 0, "drop_path": 0.0,
+          "dtype": "float32", "param_dtype": "float32", "remat": "none", "head_bias_init": 0.0}
 
 
 def from_training_config(m: Mapping[str, Any], num_classes: int,
                          architecture: SwinConfig | None = None) -> SwinConfig:
     """The SwinConfig of `model.variant` ("Swin-T", "Swin-64-2-2"), or of the init checkpoint's Swin `architecture`
-    when the variant is empty; a non-zero model.window_size overrides the window (init.checkpoint's bias tables are
+    when the variant is empty; a non-zero model.window_size (model.patch_size) overrides the window (patch) (init.checkpoint's bias tables are
     then resized: checkpoints/surgery.py); the head size comes from the dataset."""
-    kw = {k: m[k] for k in SCHEMA if k not in ("variant", "window_size")}
-    if m["window_size"]:
-        kw["window_size"] = m["window_size"]
+    kw = {k: m[k] for k in SCHEMA if k not in ("variant", "window_size", "patch_size")}
+    kw.update({k: m[k] for k in ("window_size", "patch_size") if m[k]})
     if architecture is not None and not m["variant"]:
         return architecture.replace(num_classes=num_classes, **kw)
     return swin_config(m["variant"], num_classes=num_classes, **kw)
