@@ -15,11 +15,12 @@ from vit_jax.report.scaling_report import COSTS, FitGroup, curve_points
 from vit_jax.sweep.runs import RunState
 
 # family (summary.json model.family) -> (marker, colour, legend label). The labels are Figure 5's of the ViT paper,
-# which draws the three families of its Table 6 in three colours on the compute axis.
+# which draws the three families of its Table 6 in three colours on the compute axis; Swin's is ours.
 STYLE = {
     "ViT": ("o", "tab:blue", "Transformer (ViT)"),
     "ResNet": ("^", "tab:green", "ResNet (BiT)"),
     "Hybrid": ("s", "tab:orange", "Hybrid"),
+    "Swin": ("D", "tab:red", "Swin"),  # a hierarchical Transformer (models/swin_family.py), not in the paper
 }
 PROGRESS = {"examples": ("examples_seen", "examples seen"), "epochs": ("epoch", "epochs"),
             "steps": ("step", "steps"), "exaflops": ("exaflops", "training compute [exaFLOPs]")}
