@@ -21,13 +21,16 @@ MODELS = {
     "w64-d4": {"model.width": 64, "model.depth": 4, "model.mlp_dim": 128, "model.num_heads": 2},
     "w128-d4": {"model.width": 128, "model.depth": 4, "model.mlp_dim": 256, "model.num_heads": 4},  # the demo's model until 2026-12-02
 }
-# The other two families, at the shortest training length only.
+# The other families, at the shortest training length only.
 OTHER_FAMILIES = {
     # A BiT ResNet has none of the ViT's options: the demo's sizes, patch and pooling go back to their defaults.
     "BiT-R1-1x1": {"model.variant": "BiT-R1-1x1", "model.width": 0, "model.depth": 0, "model.mlp_dim": 0,
                    "model.num_heads": 0, "model.patch_size": 0, "model.pool": "token"},
     "R1+w64-d2": {"model.width": 64, "model.depth": 2, "model.mlp_dim": 128, "model.num_heads": 2,
                   "model.resnet_layers": (1,), "model.resnet_width": 1, "model.patch_size": 1},
+    # configs/demo_swin.py's Swin (2x2 patches, 4x4 windows, two stages): the hierarchical family beside the three.
+    "Swin-32-2-2": {"model.variant": "Swin-32-2-2", "model.width": 0, "model.depth": 0, "model.mlp_dim": 0,
+                    "model.num_heads": 0, "model.patch_size": 2, "model.window_size": 4, "model.pool": "token"},
 }
 
 

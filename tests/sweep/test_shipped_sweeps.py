@@ -22,11 +22,14 @@ def test_demo_sweep_has_small_vits_a_bit_resnet_and_a_hybrid(capsys, tmp_path, m
     runs = planned(capsys, "configs/sweeps/demo_scaling.py", tmp_path / "demo")
     assert sorted(runs) == sorted([f"model={m},total_epochs={e}" for m in ("w32-d2", "w64-d4", "w128-d4")
                                    for e in (5, 15)] + ["model=BiT-R1-1x1,total_epochs=5",
-                                                        "model=R1+w64-d2,total_epochs=5"])
+                                                        "model=R1+w64-d2,total_epochs=5",
+                                                        "model=Swin-32-2-2,total_epochs=5"])
     assert "--config.model.variant=BiT-R1-1x1" in runs["model=BiT-R1-1x1,total_epochs=5"]
     assert "--config.model.resnet_layers=(1,)" in runs["model=R1+w64-d2,total_epochs=5"]
     # One run per family beside ViT: evaluated ten times, so that its front has the points a scaling-law fit needs.
-    for name in ("model=BiT-R1-1x1,total_epochs=5", "model=R1+w64-d2,total_epochs=5"):
+    assert "--config.model.variant=Swin-32-2-2" in runs["model=Swin-32-2-2,total_epochs=5"]
+    for name in ("model=BiT-R1-1x1,total_epochs=5", "model=R1+w64-d2,total_epochs=5",
+                 "model=Swin-32-2-2,total_epochs=5"):
         assert "--config.eval.every_epochs=0.5" in runs[name]
     assert "--config.eval.every_epochs=2.5" in runs["model=w32-d2,total_epochs=5"]
 
