@@ -225,6 +225,8 @@ def export(cfg: SwinConfig, params: dict[str, Any], dst: str,
     return cfg, notes, "timm layout"
 
 
-formats.register_reader(formats.Reader(family="Swin", suffix=".safetensors", recognise=is_swin_timm_file,
-                                       load=load_swin_timm))
+formats.register_reader(formats.Reader(
+    family="Swin", suffix=".safetensors", recognise=is_swin_timm_file, load=load_swin_timm,
+    reads="timm swin_* .safetensors", signature=("patch_embed.proj.weight", f"layers.0.blocks.0.attn.{TABLE}",
+                                                 "layers.0.blocks.0.attn.qkv.weight")))
 formats.register_exporter(formats.Exporter(family="Swin", targets=("timm",), export=export))
