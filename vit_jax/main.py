@@ -50,9 +50,9 @@ def _main(argv: list[str]) -> None:
         set_verbose()
     if not FLAGS["verbosity"].present:  # Orbax and friends log every file operation at INFO
         logging.set_verbosity(logging.WARNING)
-    config = _CONFIG.value
     workdir = _WORKDIR.value
     try:
+        config = _config_value()
         _check_before_any_work(config, workdir)
     except UserError as e:
         sys.exit(report(e, "vit-jax train"))
@@ -95,11 +95,41 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_override_keys(argv[1:])
     except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+        from vit_jax.errors import report
+
+        return report(e, "vit-jax train")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    app.run(_main, argv=argv)
+    app.run(_main, argv=argv, flags_parser=_parse_flags)
     return 0
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, with its errors (an unknown flag, a config file that does not execute) as the one line
+    and exit status 2 of every other usage error, instead of absl's "FATAL Flags parsing error" and 1 or a
+    traceback from inside the config loader."""
+    from vit_jax.errors import ConfigError, UserError, report
+
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        sys.exit(report(UserError(str(e)), "vit-jax train"))
+    except Exception as e:  # noqa: BLE001 - the config file failed to execute: not Python, a syntax error, its own bug
+        path = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), "the config file")
+        error = ConfigError(f"--config {path} could not be loaded: {type(e).__name__}: {e}")
+        sys.exit(report(error.with_traceback(e.__traceback__), "vit-jax train"))
+
+
+def _config_value():
+    """The parsed config; a file that does not exist is one line (ml_collections defers its IOError to here)."""
+    from vit_jax.errors import MissingInputError
+
+    config = _CONFIG.value
+    try:
+        config is None or config.get  # noqa: B018 - a file that failed to load raises on first use
+        return config
+    except OSError:
+        raise MissingInputError(f"--config {FLAGS['config'].serialize().split('=', 1)[-1]}: no such config file "
+                                "(configs/ lists the shipped ones)") from None
 
 
 if __name__ == "__main__":

@@ -226,3 +226,41 @@ def test_verbose_still_shows_the_traceback(how, files, capfd, monkeypatch, tmp_p
                          str(tmp_path / "o.npz"), "--to", "timm"], capfd)
     assert code == 2 and "Traceback" in err and "UnrecognisedCheckpointError" in err
     assert err.strip().splitlines()[-1].startswith("vit-jax convert: error: ")
+
+
+# The trainer parses its flags with absl, which keeps flag values between calls in one process: each row is its own
+# process (all started at once; each ends in about 2 s of CPU, before JAX starts).
+TRAIN = ["-m", "vit_jax.main", "--config=configs/demo.py", f"--workdir={OUT}"]
+TRAIN_ROWS: dict[str, tuple[list[str], str]] = {
+    "no config": (["-m", "vit_jax.main", f"--workdir={OUT}"], "--config"),
+    "no workdir": (["-m", "vit_jax.main", "--config=configs/demo.py"], "--workdir"),
+    "missing config": (["-m", "vit_jax.main", f"--config={T}/nope_config.py", f"--workdir={OUT}"], "nope_config.py"),
+    "wrong config type": (["-m", "vit_jax.main", f"--config={NOTES}", f"--workdir={OUT}"], "notes.txt"),
+    "unknown flag": ([*TRAIN, "--bogus=1"], "bogus"),
+    "unknown config key": ([*TRAIN, "--config.modle.width=8"], "modle"),
+    "bad config value": ([*TRAIN, "--config.batch_size=many"], "many"),
+    "unknown variant": ([*TRAIN, "--config.model.variant=Z/99"], "Z/99"),
+    "invalid model combination": ([*TRAIN, "--config.model.rel_pos=True", "--config.model.pool=token"], "rel_pos"),
+    "unknown attention kernel": ([*TRAIN, "--config.model.attention=flash"], "flash"),
+}
+
+
+def test_the_trainer_fails_well_on_each_bad_input(files, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[2]
+    env = {**os.environ, DEBUG_ENV: "0", "JAX_PLATFORMS": "cpu"}
+    procs = {}
+    for row, (argv, named) in TRAIN_ROWS.items():
+        out = tmp_path / row.replace(" ", "_")
+        argv = [a.replace(T, str(files)).replace("{out}", str(out)) for a in argv]
+        procs[row] = (subprocess.Popen([sys.executable, *argv], cwd=root, env=env, text=True, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE), named, out)
+    for row, (proc, named, out) in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        lines = stderr.strip().splitlines()
+        assert proc.returncode == 2, (row, proc.returncode, stderr[-2000:])
+        assert len(lines) == 1 and named in lines[0] and lines[0].startswith("vit-jax train: error: "), (row, lines)
+        assert not out.exists(), (row, list(out.rglob("*")))
