@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vit_jax.models import bit_family, swin_family, vit_family  # noqa: F401  (they register the built-in families)
+# noqa: F401 below: importing them registers the built-in families
+from vit_jax.models import bit_family, swin_family, video_family, vit_family  # noqa: F401
 from vit_jax.models.family import FAMILIES, Family, family_for_variant, family_of, from_meta, model_config, schema
 from vit_jax.models.flops import Flops
 from vit_jax.models.vit import FunctionalViT
