@@ -66,7 +66,8 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
     """Pretrained params -> params of `target_cfg`, starting from its fresh init `target_init`.
 
     - parameters under a `reinit` prefix (default: the head) keep their fresh (zero) initialisation;
-    - a pre-logits layer the target lacks is dropped; one the target adds stays freshly initialised;
+    - a pre-logits layer the target lacks is dropped; one the target adds stays freshly initialised; so is a final
+      LayerNorm (`norm`) the target lacks (a dense Swin's head normalises each stage);
     - the learned position embedding is resized to the target grid (class-token row kept apart), and relative
       position tables to the target's attention sizes (global blocks follow the grid; a Swin's bias tables to its
       stages' windows);
@@ -95,6 +96,11 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
 
     def under(key, prefixes):
         return any(key == p or key.startswith(p + "/") for p in prefixes)
+
+    if not any(under(k, ("norm",)) for k in dst):  # a dense Swin normalises each stage in its head instead
+        for key in sorted(k for k in src if under(k, ("norm",))):
+            src.pop(key)
+            notes.append(f"dropped {key} (the final LayerNorm; the target has none)")
 
     for key, init_value in dst.items():
         if under(key, reinit):

@@ -4,8 +4,9 @@ A family (ViT and hybrid ViT: models/vit_family.py; BiT ResNet-v2: models/bit_fa
 is one `Family` record, registered with `register` (models/build.py imports the built-in ones: use the lookups
 through it): its config dataclass and module, the `model.*` keys of the training config it reads (with
 their defaults: the config schema is the union of all families' keys), how a training config and a checkpoint's
-metadata become its config, a one-line description, analytic FLOPs, the label reports group it under, and which
-analyses apply. Nothing outside a family's module and this registry asks which family a model is: they call these.
+metadata become its config, a one-line description, analytic FLOPs, the label reports group it under, which
+analyses apply, and its dense (per-pixel) model if it has one. Nothing outside a family's module and this registry
+asks which family a model is: they call these.
 Checkpoint formats (official layouts, timm, BiT's) register with their family's name in vit_jax/checkpoints/formats.py.
 """
 
@@ -34,6 +35,12 @@ class Family:
     label: Callable[[Any], str]  # the family reports group it under (the paper's ViT / Hybrid / ResNet)
     analyses: tuple[str, ...] = ()  # the `vit-jax analyze` analyses its models support
     fallback: bool = False  # the family of a variant no other family owns (it names the error), and of custom sizes
+    # Dense prediction (per-pixel classes; the dense objective, train/objectives/): (its config, classes) -> (the module
+    # class to build in place of `module`, called (cfg, rngs=...) -> ((B, H, W, classes) logits, out); its analytic
+    # forward FLOPs). None: the family has no dense model. `dense_settings`: the model.* values that model needs
+    # (a ViT's dense=True; a Swin's stage outputs are always there: none).
+    segmenter: Callable[[Any, int], tuple[Callable, Any]] | None = None
+    dense_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 FAMILIES: dict[str, Family] = {}

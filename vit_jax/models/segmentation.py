@@ -49,6 +49,38 @@ class PixelHead(nnx.Module):
         return logits.transpose(0, 1, 3, 2, 4, 5).reshape(b, gh * ph, gw * pw, k)
 
 
+class PyramidHead(nnx.Module):
+    """A small FPN-style decoder (Lin et al. 2017) over a feature pyramid whose level s has half the rows and columns
+    of level s - 1 (a Swin's stage outputs): each level is LayerNormed (as segmentation backbones normalise each output
+    they expose) and projected 1x1 to `dim` channels (the laterals); from the coarsest level down, the running map is
+    upsampled 2x (nearest) and added to the next finer lateral, so the finest map carries every level's features;
+    a PixelHead then gives each of its tokens the logits of its pixels. No 3x3 smoothing convolutions or PPM
+    (UPerNet's): one matrix product per level plus the pixel head keeps it light enough for the demo's CPU budget."""
+
+    def __init__(self, dims: tuple[int, ...], dim: int, pixels: tuple[int, int], num_classes: int, *, param_dtype,
+                 rngs):
+        kw = dict(param_dtype=param_dtype, rngs=rngs)
+        for s, d in enumerate(dims):
+            setattr(self, f"norm{s}", L.LayerNorm(d, **kw))
+            setattr(self, f"lateral{s}", L.Linear(d, dim, ("embed", None), kernel_init=L.xavier_uniform_flat(1),
+                                                  **kw))
+        self.levels = len(dims)
+        self.pixels = PixelHead(dim, pixels, num_classes, **kw)
+
+    def __call__(self, pyramid: tuple[jax.Array, ...]) -> jax.Array:
+        """Levels (B, H/2**s, W/2**s, C_s) -> (B, H * ph, W * pw, num_classes) logits of the finest level's pixels."""
+        if len(pyramid) != self.levels:
+            raise ValueError(f"the head was built for {self.levels} pyramid levels, got {len(pyramid)}")
+        x = None
+        for s in reversed(range(self.levels)):
+            lateral = getattr(self, f"lateral{s}")(getattr(self, f"norm{s}")(pyramid[s]))
+            if x is not None:
+                x = jnp.repeat(jnp.repeat(x, 2, axis=1), 2, axis=2)[:, :lateral.shape[1], :lateral.shape[2]]
+                lateral = lateral + x
+            x = lateral
+        return self.pixels(x)
+
+
 class SegmentationViT(ViT):
     """A dense ViT and its pixel head. Build it as `functools.partial(SegmentationViT, num_classes=K)` in
     FunctionalViT. Call: `(logits (B, H, W, K) float32, out)`, `out` as the dense ViT's (tokens, dense,

@@ -18,7 +18,7 @@ Parameter names: `patch_embed/{kernel,bias}`, `patch_norm`, `stage{s}/downsample
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -186,6 +186,10 @@ class Swin(nnx.Module):
     """Swin Transformer; see SwinConfig. Call: `logits, out = model(images, train=False, rng=None)` with NHWC images;
     `out["pre_logits"]` are the pooled features, `out["pyramid"]` the (B, H_s, W_s, C_s) output of every stage."""
 
+    # The final LayerNorm before pooling; a dense model (models/swin_segmentation.py) normalises each stage it reads
+    # in its own head instead.
+    final_norm: ClassVar[bool] = True
+
     def __init__(self, cfg: SwinConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         kw = dict(param_dtype=jnp.dtype(cfg.param_dtype), rngs=_Keys(rngs.params()))
@@ -198,7 +202,7 @@ class Swin(nnx.Module):
             for i in range(depth):
                 stage[f"block{i}"] = SwinBlock(cfg, s, shifted=bool(i % 2), **kw)
             setattr(self, f"stage{s}", stage)
-        self.norm = L.LayerNorm(cfg.num_features, eps=cfg.ln_eps, **kw)
+        self.norm = L.LayerNorm(cfg.num_features, eps=cfg.ln_eps, **kw) if self.final_norm else None
         self.head = (L.Linear(cfg.num_features, cfg.num_classes, ("embed", "vocab"), kernel_init=L.zeros,
                               bias_init=L.constant(cfg.head_bias_init), **kw) if cfg.num_classes else None)
 
@@ -212,6 +216,15 @@ class Swin(nnx.Module):
 
     def __call__(self, images: jax.Array, *, train: bool = False, rng: jax.Array | None = None,
                  capture: tuple[str, ...] = ()) -> tuple[jax.Array, dict[str, Any]]:
+        pyramid = self.stages(images, train=train, rng=rng, capture=capture)
+        x = self.norm(pyramid[-1])
+        features = x.astype(jnp.float32).mean(axis=(1, 2)).astype(x.dtype)
+        logits = self.head(features) if self.head is not None else features
+        return logits.astype(jnp.float32), {"pre_logits": features, "pyramid": pyramid}
+
+    def stages(self, images: jax.Array, *, train: bool = False, rng: jax.Array | None = None,
+               capture: tuple[str, ...] = ()) -> tuple[jax.Array, ...]:
+        """The (B, H_s, W_s, C_s) output of every stage (before any final LayerNorm)."""
         cfg = self.cfg
         if capture:
             raise ValueError(f"capture {sorted(capture)} is a ViT option; a Swin returns its stage outputs as "
@@ -233,7 +246,4 @@ class Swin(nnx.Module):
                 x = self._block(stage[f"block{i}"], x, float(rates[n]) if stochastic else 0.0, keys[n])
                 n += 1
             pyramid.append(x)
-        x = self.norm(x)
-        features = x.astype(jnp.float32).mean(axis=(1, 2)).astype(x.dtype)
-        logits = self.head(features) if self.head is not None else features
-        return logits.astype(jnp.float32), {"pre_logits": features, "pyramid": tuple(pyramid)}
+        return tuple(pyramid)

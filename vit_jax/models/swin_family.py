@@ -3,12 +3,14 @@ construction, description, analytic FLOPs and report label. Its checkpoint forma
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 from vit_jax.models import family
 from vit_jax.models.flops import Flops
 from vit_jax.models.swin import Swin
 from vit_jax.models.swin_config import SwinConfig, is_swin_name, swin_config
+from vit_jax.models.swin_segmentation import SegmentationSwin, swin_segmentation_flops
 
 # The model.* keys a Swin reads; the defaults are the ViT family's for the keys both read (the first family to name a
 # key sets its default). window_size 0: the variant's (7, the window of every timm/paper ImageNet-1k model at 224).
@@ -73,7 +75,13 @@ def swin_flops(cfg: SwinConfig) -> Flops:
     return Flops(forward=sum(parts.values()), breakdown=parts)
 
 
+def segmenter(cfg: SwinConfig, num_classes: int):
+    """The Swin with a pyramid head over its stage outputs (models/swin_segmentation.py) and its FLOPs."""
+    flops = swin_segmentation_flops(cfg, num_classes, swin_flops(cfg.replace(num_classes=0)))
+    return functools.partial(SegmentationSwin, num_classes=num_classes), flops
+
+
 SWIN = family.register(family.Family(
     name="Swin", config_type=SwinConfig, module=Swin, schema=SCHEMA, owns_variant=is_swin_name,
     from_training_config=from_training_config, from_meta=lambda model: swin_config(**model), describe=describe,
-    flops=swin_flops, label=lambda cfg: "Swin"))
+    flops=swin_flops, label=lambda cfg: "Swin", segmenter=segmenter))

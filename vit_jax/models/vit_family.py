@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Mapping
 
 from vit_jax.errors import ConfigError
 from vit_jax.models import family
 from vit_jax.models.config import VARIANT_FIELDS, ViTConfig, parse_variant, vit_config
-from vit_jax.models.flops import vit_flops
+from vit_jax.models.flops import segmentation_flops, vit_flops
+from vit_jax.models.segmentation import SegmentationViT
 from vit_jax.models.vit import ViT
 
 # What a checkpoint's architecture fixes, when a fine-tuning config takes its model from init.checkpoint.
@@ -81,8 +83,14 @@ def _owns(variant: str) -> bool:
         return False
 
 
+def segmenter(cfg: ViTConfig, num_classes: int):
+    """The dense ViT with its pixel head (models/segmentation.py) and its FLOPs."""
+    return functools.partial(SegmentationViT, num_classes=num_classes), segmentation_flops(cfg, num_classes)
+
+
 VIT = family.register(family.Family(
     name="ViT", config_type=ViTConfig, module=ViT, schema=training_schema(), owns_variant=_owns,
     from_training_config=from_training_config, from_meta=lambda model: vit_config(**model), describe=describe,
     flops=vit_flops, label=lambda cfg: "Hybrid" if cfg.resnet_layers else "ViT",
-    analyses=("attention-distance", "posemb-similarity", "embedding-pcs", "attention-rollout"), fallback=True))
+    analyses=("attention-distance", "posemb-similarity", "embedding-pcs", "attention-rollout"), fallback=True,
+    segmenter=segmenter, dense_settings={"dense": True}))

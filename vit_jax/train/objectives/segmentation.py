@@ -1,18 +1,17 @@
-"""`segmentation`: per-pixel cross-entropy on the dense ViT with a pixel head (models/segmentation.py; settings
-`segmentation.*`). It reads the batch's `segmentation` map (the decode_mask op), not the image labels. Its evaluator
+"""`segmentation`: per-pixel cross-entropy on the model family's dense model (its `segmenter`, models/family.py: the
+dense ViT with a pixel head, models/segmentation.py; a Swin's stage pyramid with an FPN-style head,
+models/swin_segmentation.py; settings `segmentation.*`). It reads the batch's `segmentation` map (the decode_mask op), not the image labels. Its evaluator
 `segmentation` reports mIoU and pixel accuracy from one confusion matrix over the eval split."""
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
 
 from vit_jax.errors import ConfigError
 from vit_jax.eval.segmentation import evaluate_segmentation, make_segmentation_eval_step
-from vit_jax.models.flops import segmentation_flops
-from vit_jax.models.segmentation import SegmentationViT, pixel_cross_entropy
+from vit_jax.models.family import family_for_variant, family_of
+from vit_jax.models.segmentation import pixel_cross_entropy
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.train.objectives.registry import register
 from vit_jax.train.objectives.base import BatchFieldError, EvalReport, Objective, needs_rng
@@ -30,15 +29,19 @@ class Segmentation(Objective):
     evaluator = "segmentation"
     settings = "segmentation"
     # Classes of the per-pixel labels (the batch's `segmentation` map, see the decode_mask op); label values outside
-    # [0, num_classes) (e.g. 255) are ignored. Needs model.dense=True.
+    # [0, num_classes) (e.g. 255) are ignored. A ViT needs model.dense=True (its family's dense_settings).
     defaults = dict(num_classes=0)
     uses_labels = False
 
     def __init__(self, model_cfg, num_classes: int):
         self.num_classes = num_classes
-        self.model = FunctionalViT(model_cfg, functools.partial(SegmentationViT, num_classes=num_classes))
+        family = family_of(model_cfg)
+        if family.segmenter is None:
+            raise ConfigError(f"objective='segmentation' needs a dense model, which the {family.name} family does "
+                              "not have: choose a ViT (model.dense=True) or a Swin")
+        module, self.flops = family.segmenter(model_cfg, num_classes)
+        self.model = FunctionalViT(model_cfg, module)
         self.needs_rng = needs_rng(model_cfg)
-        self.flops = segmentation_flops(model_cfg, num_classes)
 
     @classmethod
     def from_config(cls, config, model_cfg):
@@ -46,9 +49,15 @@ class Segmentation(Objective):
 
     @classmethod
     def check(cls, config):
-        if not config.model.get("dense") or config.segmentation.num_classes < 2:
-            raise ConfigError("objective='segmentation' reads the dense patch map of its pixel labels' classes: set "
-                              "model.dense=True and segmentation.num_classes (>= 2, background included)")
+        # The family of model.variant says which model.* values its dense model needs (a ViT's dense=True); with no
+        # variant the init checkpoint decides the family, known only when it is read: its segmenter then checks.
+        needs = {}
+        if config.model.variant or not config.init.checkpoint:
+            needs = family_for_variant(config.model.variant).dense_settings
+        unset = [f"model.{k}={v}" for k, v in needs.items() if config.model.get(k) != v]
+        if unset or config.segmentation.num_classes < 2:
+            raise ConfigError(f"objective='segmentation' reads the dense features of its pixel labels' classes: set "
+                              f"{' and '.join(unset + ['segmentation.num_classes (>= 2, background included)'])}")
 
     def batch_spec(self, batch_size):
         h, w = self.model.cfg.image_size
