@@ -121,8 +121,13 @@ def test_every_model_setting_is_a_config_key_written_once():
 
     from vit_jax.models.config import ViTConfig
 
+    from vit_jax.models import video_family
+
     c = _valid()
-    assert set(c.model) == {"variant"} | {f.name for f in dataclasses.fields(ViTConfig)} - {"num_classes"}
+    # Plus the keys only the video family reads (its clip: frames, tubelet, encoder kind, temporal depth).
+    video_only = {"num_frames", "tubelet", "video_encoder", "temporal_depth"}
+    assert video_only <= set(video_family.SCHEMA)
+    assert set(c.model) == {"variant"} | {f.name for f in dataclasses.fields(ViTConfig)} - {"num_classes"} | video_only
     # Every non-variant field reaches the model as given.
     c.model.update(gelu="erf", pool="gap", drop_path=0.1, rep_size=32, remat="dots", scan=True, posemb="sincos2d")
     m = model_config(c, num_classes=10)
