@@ -39,6 +39,8 @@ import numpy as np
 from vit_jax.data import indexing, pp as pp_lib
 from vit_jax.data.datasets import Dataset, open_dataset  # noqa: F401 - re-exported: pipeline.open_dataset
 from vit_jax.data.decode import DecodeError
+from vit_jax.data.repeated import RepeatedSchedule, check_repeats
+from vit_jax.errors import ConfigError
 
 MAX_SUBSTITUTES = 16  # consecutive bad records tolerated before the data is declared damaged
 STATE_VERSION = 1
@@ -221,11 +223,13 @@ class BatchPlan:
     """Which records and positions make up the rows [lo, hi) of the global batch at a step."""
 
     def __init__(self, num_records: int, global_batch_size: int, *, train: bool, seed: int = 0,
-                 fraction: float = 1.0) -> None:
+                 fraction: float = 1.0, repeats: int = 1) -> None:
         self.global_batch_size = global_batch_size
         self.train = train
         self.num_records = num_records
         self.schedule = indexing.EpochSchedule(num_records, seed, fraction if train else 1.0, shuffle=train)
+        if train and repeats > 1:  # repeated augmentation: each image `repeats` times per global batch
+            self.schedule = RepeatedSchedule(self.schedule, global_batch_size, repeats)
         self.eval_steps = math.ceil(num_records / global_batch_size)
 
     def substitute(self, record: int, attempt: int) -> int:
@@ -258,14 +262,20 @@ class BatchIterator:
 
     def __init__(self, ds: Dataset, split: str, pp: str, global_batch_size: int, sharding, *, train: bool,
                  seed: int, fraction: float, start_step: int, end_step: int | None, num_workers: int | None,
-                 prefetch: int, to_device: bool = True, stream: dict | None = None) -> None:
+                 prefetch: int, to_device: bool = True, stream: dict | None = None, repeats: int = 1) -> None:
         self.dataset_name, self.split, self.seed, self.fraction = ds.name, split, int(seed), float(fraction)
         self.global_batch_size = int(global_batch_size)
+        self.repeats = int(repeats) if train else 1
+        check_repeats(self.repeats, self.global_batch_size)
         self._sharding = sharding
         self._field_sharding = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec[:1]))
         self.lo, self.hi = indexing.sharding_rows(sharding, self.global_batch_size)
         if ds.remote:
             from vit_jax.data.stream_plan import StreamPlan
+
+            if self.repeats > 1:
+                raise ConfigError("data.repeated_augmentation works on local data; a dataset streamed from a "
+                                  "bucket reads each process's own files (set it to 1, or copy the data locally)")
 
             records = ds.spooled_records(split)
             self.loader = _Loader(ds, split, pp, self.seed, source=ds.source(split, records=records))
@@ -276,7 +286,7 @@ class BatchIterator:
         else:
             self.loader = _Loader(ds, split, pp, self.seed)
             self.plan = BatchPlan(len(self.loader.source), self.global_batch_size, train=train, seed=self.seed,
-                                  fraction=fraction)
+                                  fraction=fraction, repeats=self.repeats)
         self._end = end_step if train or end_step is not None else self.plan.eval_steps
         self._to_device = to_device  # False: process-local numpy batches (benchmarks, debugging)
         self._prefetch = max(0, int(prefetch))
@@ -360,6 +370,8 @@ class BatchIterator:
         bucket stream adds its process count and each process's position (examples it consumed)."""
         state = {"version": STATE_VERSION, "step": self._step, "seed": self.seed, "fraction": self.fraction,
                  "global_batch_size": self.global_batch_size, "split": self.split, "dataset": self.dataset_name}
+        if self.repeats > 1:  # absent when off, so states saved before the option existed compare equal
+            state["repeats"] = self.repeats
         return {**state, **self.plan.state(self._step)}
 
     def explain_resume(self, saved: dict) -> str | None:
@@ -372,10 +384,10 @@ class BatchIterator:
     def set_state(self, state: dict) -> None:
         """Continues from a state saved by get_state() (on any topology)."""
         mine = self.get_state()
-        for key in ("seed", "fraction", "global_batch_size", "split"):
-            if state.get(key) != mine[key]:
+        for key in ("seed", "fraction", "global_batch_size", "split", "repeats"):
+            if state.get(key) != mine.get(key):
                 raise ValueError(f"iterator state has {key}={state.get(key)!r} but this iterator has "
-                                 f"{mine[key]!r}: build the iterator with the saved settings")
+                                 f"{mine.get(key)!r}: build the iterator with the saved settings")
         self._reset(int(state["step"]))
 
     def close(self) -> None:
@@ -400,12 +412,13 @@ class BatchIterator:
 def train_iterator(ds: Dataset, split: str = "train", pp: str = "decode|value_range(-1,1)", *,
                    global_batch_size: int, sharding, seed: int = 0, start_step: int = 0, fraction: float = 1.0,
                    num_workers: int | None = None, prefetch: int = 2, state: dict | None = None,
-                   stream: dict | None = None) -> BatchIterator:
+                   stream: dict | None = None, repeats: int = 1) -> BatchIterator:
     """Endless shuffled training batches (dict of global jax.Arrays) starting at `start_step` (or `state`).
-    `stream`: window and read_ahead of a bucket stream (stream_plan.StreamPlan)."""
+    `stream`: window and read_ahead of a bucket stream (stream_plan.StreamPlan). `repeats` > 1: repeated
+    augmentation, each image that many times per global batch (repeated.py)."""
     it = BatchIterator(ds, split, pp, global_batch_size, sharding, train=True, seed=seed, fraction=fraction,
                        start_step=start_step, end_step=None, num_workers=num_workers, prefetch=prefetch,
-                       stream=stream)
+                       stream=stream, repeats=repeats)
     if state is not None:
         it.set_state(state)
     return it

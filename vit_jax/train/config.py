@@ -16,6 +16,7 @@ from typing import Any
 import ml_collections
 
 from vit_jax.errors import ConfigError  # defined with the other user errors; its users import it from here too
+from vit_jax.data.repeated import check_repeats
 from vit_jax.models import build as models  # the model-family registry, with the built-in families registered
 from vit_jax.train import objectives
 
@@ -33,6 +34,7 @@ def default_config() -> ml_collections.ConfigDict:
         pp_eval="decode|resize(224)|value_range(-1,1)",
         pp_modules=(),  # extra op modules to import (dotted names), whose @register ops the op strings may use
         fraction=1.0,  # use this fraction of the training split (data-size sweeps)
+        repeated_augmentation=1,  # k > 1: each image k times per global batch, each copy augmented anew (DeiT: 3)
         num_workers=0,  # decode threads per process; 0 = automatic
         prefetch=2,  # batches in flight per process
         # A data_dir in a bucket (gs://) is streamed: each process reads its own files, shuffled in windows of
@@ -190,6 +192,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         set_ = [k for k in given if k.startswith(group + "_") and given[k]]
         if len(set_) > 1:
             raise ConfigError(f"set only one of {', '.join(set_)}")
+    check_repeats(config.data.repeated_augmentation, config.batch_size)
     if config.batch_size % config.micro_batches:
         raise ConfigError(f"batch_size {config.batch_size} is not divisible by micro_batches {config.micro_batches}")
     choices = {"optimizer.name": ("adamw", "sgd", "adafactor", "lamb"),

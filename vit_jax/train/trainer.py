@@ -223,6 +223,7 @@ class Trainer:
         it = pipeline.train_iterator(self.ds, split=c.data.train_split, pp=c.data.pp_train,
                                      global_batch_size=c.batch_size, sharding=self.batch_sh, seed=c.seed,
                                      start_step=self.start_step, fraction=c.data.fraction,
+                                     repeats=c.data.repeated_augmentation,
                                      num_workers=c.data.num_workers or None, prefetch=c.data.prefetch,
                                      stream=dict(window=c.data.stream_window, read_ahead=c.data.stream_read_ahead))
         if self.data_state is not None:
