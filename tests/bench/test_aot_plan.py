@@ -123,3 +123,27 @@ def test_out_of_memory_messages_of_the_tpu_compiler():
                                  "temporaries (98.23G) exceeds available HBM (30.75G).")
     assert oom["temp_bytes"] == pytest.approx(98.23 * 1024**3) and oom["available_bytes"] == pytest.approx(30.75 * 1024**3)
     assert aot_plan.out_of_memory("INVALID_ARGUMENT: something else") is None
+
+
+def test_the_tpu_compiler_takes_splash_attention_from_128_tokens():
+    """model.attention=auto on a TPU at 257 tokens compiles Pallas splash (a Mosaic custom call); the plan names the
+    kernel requested and used, and counts its FLOPs analytically. (The memory it saves shows at scale: the SAM-B and
+    L/14 plans in docs/BENCHMARKS.md; at this size the kernel's own buffers outweigh the logits.)"""
+    from vit_jax.bench import plan_spec
+
+    args, _ = plan.parse_args(["--topology", "v4:2x2x1", *TINY, "--image-size", "64", "--patch-size", "4",
+                               "--num-heads", "2", "--batch-size", "8", "--no-eval", "--compare-attention", "xla"])
+    assert args.compare_attention == ("xla",)
+    spec = {k: v for k, v in vars(args).items() if k not in plan.COMMAND_ONLY}
+    spec.update(devices=4, topology="v4:2x2x1", remat="none", micro_batches=1, mesh="2,2,1", overrides=[])
+    with common.compilation_cache(False):
+        auto = aot_plan.plan_one(plan_spec.resolve(spec, 4))
+    assert auto["attention"] == {"requested": "auto", "used": "splash", "why": "auto: 257x257 tokens >= 128"}
+    assert auto["attention_kernel"] == "splash" and "analytic" in auto["roofline_flops_source"]
+    assert auto["roofline"]["compute_s"] * auto["roofline"]["peak_flops_per_device"] >= auto["analytic_flops"] / 4
+    xla = dict(auto, attention={"requested": "xla", "used": "xla"}, attention_kernel="xla",
+               peak_bytes=2 * auto["peak_bytes"])
+    table = plan._attention_table({n: plan._attention_figures(r) for n, r in (("auto", auto), ("xla", xla))}, "auto")
+    assert "auto    (used: splash, compiled: splash)" in table and "(+100% vs auto)" in table
+    with pytest.raises(SystemExit):
+        plan.parse_args(["--compare-attention", "flash"])

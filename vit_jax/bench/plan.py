@@ -53,7 +53,8 @@ SEARCH_ORDER = (("none", 1), ("dots", 1), ("dots_no_batch", 1), ("none", 2), ("d
                 ("dots_no_batch", 4), ("full", 1), ("full", 2), ("full", 4), ("full", 8))
 RESULT_MARK = "PLAN_RESULT_JSON:"
 # Arguments that only steer the command, not what is compiled.
-COMMAND_ONLY = ("worker", "json", "accelerator", "hbm_gib", "usable", "criterion", "suggest", "timeout", "compiler")
+COMMAND_ONLY = ("worker", "json", "accelerator", "hbm_gib", "usable", "criterion", "suggest", "timeout", "compiler",
+                "compare_attention")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -86,6 +87,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--save-hlo", default="", help="TPU/GPU compiler: write the train step's optimized HLO here")
     p.add_argument("--no-eval", dest="eval", action="store_false",
                    help="TPU/GPU compiler: compile the train step only (the eval step is one more compile)")
+    p.add_argument("--compare-attention", type=_attention_list, default=(), metavar="IMPL[,IMPL]",
+                   help="also plan the same step with these attention kernels (e.g. xla) and report each one's peak "
+                        "memory per device and roofline step time beside --attention's")
     p.add_argument("--timeout", type=float, default=3600, help="seconds for the compile subprocess")
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args, rest = p.parse_known_args(argv)
@@ -97,6 +101,15 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if args.stage and not args.config:
         p.error("--stage needs --config FILE.py")
     return args, overrides
+
+
+def _attention_list(text: str) -> tuple[str, ...]:
+    from vit_jax.models.config import ATTENTION_IMPLEMENTATIONS
+
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    if bad := [n for n in names if n not in ATTENTION_IMPLEMENTATIONS]:
+        raise argparse.ArgumentTypeError(f"{', '.join(bad)}: choose from {', '.join(ATTENTION_IMPLEMENTATIONS)}")
+    return names
 
 
 def hbm_bytes(args: argparse.Namespace, topology: hardware.Topology | None = None) -> tuple[float | None, str]:
@@ -376,8 +389,40 @@ def plan(argv: list[str]) -> dict[str, Any]:
         print(f"suggestion for {hbm_name}: " + (_row(choice) if choice else "nothing in the search space fits"))
     else:
         print(_row(out))
+    if args.compare_attention and not args.suggest:
+        # The same step (batch, remat, mesh) with each other kernel: one worker each (one compile each).
+        base = (out.get("attention") or {}).get("requested", args.attention)  # a config file's own, or the flag's
+        rows = {base: out}
+        for name in (n for n in args.compare_attention if n not in rows):
+            other = dict(spec, attention=name)
+            if args.config:  # a config's model keys come from the file and its overrides, not the model flags
+                other["overrides"] = [*overrides, f"--config.model.attention={name}"]
+            rows[name] = run_in_subprocess(dict(request, spec=other), 1 if compiler != "cpu" else devices,
+                                           args.timeout, env)
+            print(_row(rows[name]))
+        out["attention_comparison"] = {name: _attention_figures(r) for name, r in rows.items()}
+        print(_attention_table(out["attention_comparison"], base))
     common.write_json(args.json, out)
     return out
+
+
+def _attention_figures(r: dict[str, Any]) -> dict[str, Any]:
+    roof = r.get("roofline") or {}
+    return {"used": (r.get("attention") or {}).get("used"), "compiled_kernel": r.get("attention_kernel"),
+            "peak_bytes": r.get("peak_bytes"), "temp_bytes": r.get("temp_bytes"), "fits": r.get("fits"),
+            "step_time_lower_bound_s": roof.get("step_time_lower_bound_s"), "bound_by": roof.get("bound_by")}
+
+
+def _attention_table(rows: dict[str, dict[str, Any]], base: str) -> str:
+    lines = ["attention kernels, same step: peak per device, roofline step time"]
+    for name, f in rows.items():
+        peak, ref = f["peak_bytes"], rows[base]["peak_bytes"]
+        delta = f" ({(peak - ref) / ref:+.0%} vs {base})" if name != base and peak and ref else ""
+        step = f["step_time_lower_bound_s"]
+        lines.append(f"  {name:7s} (used: {f['used']}, compiled: {f['compiled_kernel']}): peak "
+                     f"{common.fmt_bytes(peak) if peak is not None else '?'}{delta}, "
+                     + (f"{step * 1e3:.1f} ms/step ({f['bound_by']}-bound)" if step else "no roofline"))
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
