@@ -58,6 +58,7 @@ def test_a_run_writes_checkpoints_metrics_summary_and_plot(finished_run):
     assert on_disk["compute"]["exaflops"] == pytest.approx(12 * 32 * on_disk["compute"]["train_flops_per_image"] / 1e18)
     assert on_disk["model"]["params"] > 0 and on_disk["dataset"]["train_examples"] == 1437
     assert on_disk["compute"]["num_devices"] == 8
+    assert on_disk["model"]["attention"] == {"requested": "auto", "used": "cpu", "why": "auto: float32 on CPU"}
 
 
 def test_checkpoint_is_self_describing_and_loads_anywhere(finished_run):
