@@ -1,8 +1,9 @@
-"""Oracles from other frameworks (timm on PyTorch): installed by the `interop` extra, which `make test` installs.
+"""Oracles from other frameworks (timm and transformers on PyTorch): installed by the `interop` extra, which `make
+test` installs.
 
-A test that compares against one calls `require_timm()`: where the extra is not installed (a plain
-`pip install -e '.[test]'`) the test is skipped with the install line, except under CI (CI set), where a missing oracle
-fails the run instead of hiding behind a skip.
+A test that compares against one calls `require_timm()` (or `require_transformers()`): where the extra is not
+installed (a plain `pip install -e '.[test]'`) the test is skipped with the install line, except under CI (CI set),
+where a missing oracle fails the run instead of hiding behind a skip.
 """
 
 from __future__ import annotations
@@ -21,6 +22,20 @@ def require_timm() -> ModuleType:
         return import_timm()
     except ImportError as e:
         message = f"timm/torch, this test's oracle, is not installed ({e}): pip install -e '.[interop]'"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def require_transformers() -> ModuleType:
+    """transformers (the ViViT oracle), imported beside a CPU-only torch as vit_jax/bench/timm_import.py imports it;
+    skipped with the install line where absent, a failure under CI."""
+    from vit_jax.bench.timm_import import import_transformers
+
+    try:
+        return import_transformers()
+    except ImportError as e:
+        message = f"transformers/torch, this test's oracle, is not installed ({e}): pip install -e '.[interop]'"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)

@@ -33,6 +33,17 @@ def import_timm() -> ModuleType:
     return timm
 
 
+def import_transformers() -> ModuleType:
+    """transformers (the video tests' ViViT oracle), imported beside a CPU-only PyTorch the same way: its image
+    utilities import torchvision too. ImportError where torch or transformers is not installed."""
+    import torch
+
+    _declare_torchvision_ops_if_unloadable(torch)
+    import transformers
+
+    return transformers
+
+
 def _declare_torchvision_ops_if_unloadable(torch) -> None:
     global _declared
     if _declared is not None or "torchvision" in sys.modules:

@@ -5,7 +5,9 @@ into a video ViT (ViViT §3.4: the 2D patch kernel becomes a 3D tubelet kernel, 
 transformers' layout (5.x): `embeddings.{cls_token, position_embeddings, patch_embeddings.projection.{weight,bias}}`
 (a Conv3d, weight (D, 3, t, p, p)), `layers.{i}.{layernorm_before, attention.{q,k,v,o}_proj, layernorm_after,
 mlp.fc1, mlp.fc2}` (torch Linear: weight (out, in)), `layernorm`, and `pooler.dense` (a dense+tanh we do not have) or,
-in the classifier, everything under `vivit.` plus `classifier`. Only the joint encoder (ViViT's Model 1) exists there.
+in the classifier, everything under `vivit.` plus `classifier`. Files (save_pretrained, the Hub's google/vivit-*) keep
+the 4.x names, which the reader also takes: `encoder.layer.{i}.{attention.attention.{query,key,value},
+attention.output.dense, intermediate.dense, output.dense}`. Only the joint encoder (ViViT's Model 1) exists there.
 """
 
 from __future__ import annotations
@@ -45,7 +47,10 @@ def video_config_from_hf(hf: Mapping[str, Any], num_classes: int = 0) -> VideoCo
 def from_vivit(sd: Mapping[str, np.ndarray], cfg: VideoConfig) -> dict[str, Any]:
     """Our parameters from a transformers ViViT state dict (numpy arrays) of the model `cfg` describes."""
     prefix = "vivit." if f"vivit.{EMBED}" in sd else ""
-    get = lambda name: np.asarray(sd[prefix + name])  # noqa: E731
+
+    def get(name):
+        key = prefix + name
+        return np.asarray(sd[key] if key in sd else sd[prefix + _legacy_name(name)])
     d, h = cfg.width, cfg.num_heads
     hd = d // h
 
@@ -77,6 +82,20 @@ def from_vivit(sd: Mapping[str, np.ndarray], cfg: VideoConfig) -> dict[str, Any]
     if cfg.num_classes:
         params["head"] = {"kernel": np.asarray(sd["classifier.weight"]).T, "bias": np.asarray(sd["classifier.bias"])}
     return params
+
+
+# 5.x module names -> the 4.x names its files are written with (the conversion transformers applies on loading).
+_LEGACY = {"attention.q_proj": "attention.attention.query", "attention.k_proj": "attention.attention.key",
+           "attention.v_proj": "attention.attention.value", "attention.o_proj": "attention.output.dense",
+           "mlp.fc1": "intermediate.dense", "mlp.fc2": "output.dense"}
+
+
+def _legacy_name(name: str) -> str:
+    if not name.startswith("layers."):
+        return name
+    _, i, rest = name.split(".", 2)
+    module, _, leaf = rest.rpartition(".")
+    return f"encoder.layer.{i}.{_LEGACY.get(module, module)}.{leaf}"
 
 
 def _stack(trees: list[dict[str, Any]]) -> dict[str, Any]:
