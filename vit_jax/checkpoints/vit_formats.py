@@ -19,6 +19,10 @@ from vit_jax.models.vit import FunctionalViT
 
 def export(cfg: ViTConfig, params: dict[str, Any], dst: str,
            request: formats.ExportRequest) -> tuple[ViTConfig, list[str], str]:
+    if cfg.distilled and request.to != "timm":  # the .npz layouts have no distillation token or second head
+        raise formats.ExportError(f"{cfg.name} has DeiT's distillation token (model.distilled), which the "
+                                  f"{request.to} .npz layout cannot hold: export it with --to timm (timm's "
+                                  "deit_*_distilled_* layout)")
     changes: dict[str, Any] = {}
     if request.image_size:
         changes["image_size"] = request.image_size
