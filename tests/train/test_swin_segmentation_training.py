@@ -72,3 +72,23 @@ def test_resumed_from_its_step_1_checkpoint_it_ends_bit_identical(run, tmp_path,
     (_, resumed), (_, reference) = load_params_from_run(workdir, shapes), load_params_from_run(full, shapes)
     assert "lateral0" in resumed["head"]
     assert jax.tree.all(jax.tree.map(np.array_equal, resumed, reference))
+
+
+def test_the_oxford_pets_config_takes_a_swin_variant():
+    from vit_jax.train.config import model_config, validate
+    from vit_jax.train.objectives.segmentation import Segmentation
+
+    spec_path = ROOT / "configs" / "seg_oxford_pets.py"
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("seg_oxford_pets", spec_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config("variant=Swin-T")
+    validate(c)
+    cfg = model_config(c, 0)
+    assert isinstance(cfg, SwinConfig) and cfg.name == "Swin-T" and cfg.window_size == 7
+    objective = Segmentation.from_config(c, cfg)  # abstract: the dense Swin-T's shapes, not its weights
+    head = objective.model.shapes["head"]
+    assert head["lateral3"]["kernel"].shape == (768, 96) and head["pixels"]["classifier"]["kernel"].shape == (96, 48)
+    assert objective.flops.breakdown["pyramid_head"] > 0
