@@ -62,7 +62,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = cli_args.ArgumentParser(prog="vit-jax plan", description=__doc__.split("\n\n")[0])
     common.add_model_args(p, batch=4096, steps=0, warmup=0)
     p.set_defaults(scan=None, dtype="bfloat16", mesh=None, remat=None, devices=8, num_classes=0)
-    p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "adafactor"))
+    p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "adafactor", "lamb"))
     p.add_argument("--mu-dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--micro-batches", type=int, default=None)
     p.add_argument("--config", default="", help="plan a trainer config (FILE.py[:ARGS], plus --config.KEY=VALUE "

@@ -28,7 +28,7 @@ from vit_jax.bench import common, peers
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = cli_args.ArgumentParser(prog="vit-jax bench train", description=__doc__.split("\n\n")[0])
     common.add_model_args(p, batch=32)
-    p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "adafactor"))
+    p.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "adafactor", "lamb"))
     p.add_argument("--mu-dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--micro-batches", type=int, default=1)
     p.add_argument("--compare", action="append", default=[], choices=sorted(peers.PEERS),
