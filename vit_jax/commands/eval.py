@@ -131,7 +131,7 @@ def _objective_eval(path: str, recorded: dict, cfg, params, mesh, dataset: str, 
             return None
     state = {"params": params}
     if params is None:  # a run: the objective's whole model (a pretraining head, a decoder) and its extra state
-        extra_shapes = jax.eval_shape(objective.init_extra, jax.random.key(0))
+        extra_shapes = objective.extra_shapes()
         _, state = load_state_from_run(path, {"params": objective.model.shapes,
                                               **({"extra": extra_shapes} if extra_shapes is not None else {})})
     program = build_inference(cfg, state["params"], mesh, model=objective.model, extra=state.get("extra"),

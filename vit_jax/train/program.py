@@ -68,8 +68,12 @@ class TrainProgram:
             params = jit_once(self.model.init, out_shardings=self.param_sh)(jax.random.fold_in(key, 0))
         if self.extra_sh is None:
             return {"params": params}
-        return {"params": params,
-                "extra": jax.device_put(self.objective.init_extra(jax.random.fold_in(key, 2)), self.extra_sh)}
+        k_extra = jax.random.fold_in(key, 2)
+        if self.objective.extra_from_params:  # e.g. an EMA teacher starting as the student's copy, made in place
+            extra = jit_once(self.objective.init_extra, out_shardings=self.extra_sh)(k_extra, params)
+        else:
+            extra = jax.device_put(self.objective.init_extra(k_extra), self.extra_sh)
+        return {"params": params, "extra": extra}
 
     def eval_view(self, state: dict[str, Any]) -> Any:
         """What the eval step reads of a train state: the parameters, and (params, extra) with extra state."""
@@ -106,6 +110,7 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
     # classes are those of its pixel labels (segmentation.num_classes).
     model_cfg = config_lib.model_config(c, objective_class(c.objective).head_classes(c, num_classes), architecture)
     objective = make_objective(c, model_cfg)
+    objective.total_steps = durations.total_steps  # for the objective's own schedules (DINO's teacher)
     model = objective.model
     mesh = mesh_lib.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor, devices=devices)
     attention = attention_impl.for_model(model_cfg, mesh.devices.flat[0].platform)  # refuses a kernel it lacks
@@ -126,7 +131,7 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
     state_sh["params"] = param_sh
     state_sh["opt_state"] = mesh_lib.shardings_like_params(abstract["opt_state"], param_sh, model.shapes, mesh)
     extra_sh = None
-    extra_shapes = jax.eval_shape(objective.init_extra, jax.random.key(0))
+    extra_shapes = objective.extra_shapes()
     if extra_shapes is not None:  # sharded by the same logical-axis rules as the parameters
         axes = objective.extra_logical_axes()
         extra_sh = (mesh_lib.tree_shardings(axes, extra_shapes, mesh) if axes is not None

@@ -40,14 +40,19 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
     """The train step of `objective` (train/objectives/: it brings the model, the loss and any extra state). `loss_spike_factor` > 0
     also skips a step whose loss exceeds that many times the running average of the accepted losses (the state then
     carries `loss_ema`: see init_state)."""
-    grad_fn = jax.value_and_grad(objective.loss)
+    aux_fn = objective.loss_aux  # the loss returns (loss, aux) for update_extra (e.g. DINO's teacher centre)
+    value_and_grad = jax.value_and_grad(objective.loss, has_aux=aux_fn)
+
+    def grad_fn(*args):  # -> ((loss, aux or None), grads)
+        out, grads = value_and_grad(*args)
+        return (out if aux_fn else (out, None)), grads
 
     def train_step(state, batch):
         params, extra = state["params"], state.get("extra")
         key = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
         inputs = objective.inputs(batch, key)  # of the global batch: per-example randomness ignores the split
         if micro_batches == 1:
-            loss, grads = grad_fn(params, inputs, key, extra)
+            (loss, aux), grads = grad_fn(params, inputs, key, extra)
         else:
             # Example j of micro-batch i is row j * n + i: every micro-batch spans all devices' shards evenly.
             def split(x):
@@ -55,12 +60,16 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
 
             def body(acc, xs):
                 i, mb_inputs = xs
-                loss_i, grads_i = grad_fn(params, mb_inputs, jax.random.fold_in(key, i), extra)
-                return jax.tree.map(jnp.add, acc, (loss_i, grads_i)), None
+                (loss_i, aux_i), grads_i = grad_fn(params, mb_inputs, jax.random.fold_in(key, i), extra)
+                return jax.tree.map(jnp.add, acc, (loss_i, aux_i, grads_i)), None
 
-            zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
-            (loss, grads), _ = jax.lax.scan(body, zeros, (jnp.arange(micro_batches), jax.tree.map(split, inputs)))
-            loss, grads = jax.tree.map(lambda x: x / micro_batches, (loss, grads))
+            aux_shape = (jax.eval_shape(grad_fn, params, jax.tree.map(lambda x: split(x)[0], inputs), key, extra)[0][1]
+                         if aux_fn else None)
+            zeros = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux_shape),
+                     jax.tree.map(jnp.zeros_like, params))
+            (loss, aux, grads), _ = jax.lax.scan(body, zeros,
+                                                 (jnp.arange(micro_batches), jax.tree.map(split, inputs)))
+            loss, aux, grads = jax.tree.map(lambda x: x / micro_batches, (loss, aux, grads))
         grad_norm = optax.tree.norm(grads)
         updates, new_opt_state = tx.update(grads, state["opt_state"], params)
         new_params = optax.apply_updates(params, updates)
@@ -88,7 +97,9 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
             "consecutive_skips": jnp.where(finite, 0, state["consecutive_skips"] + 1),
         }
         if extra is not None:  # e.g. an EMA teacher follows the applied update; a skipped step leaves it
-            new_state["extra"] = keep_if_finite(objective.update_extra(extra, new_params, new_state["step"]), extra)
+            updated = (objective.update_extra(extra, new_params, new_state["step"], aux) if aux_fn
+                       else objective.update_extra(extra, new_params, new_state["step"]))
+            new_state["extra"] = keep_if_finite(updated, extra)
         if loss_spike_factor:  # the average the next step's loss is compared with (skipped steps do not count)
             ema = state["loss_ema"]
             new_state["loss_ema"] = jnp.where(finite, jnp.where(ema == 0, loss, 0.9 * ema + 0.1 * loss), ema)

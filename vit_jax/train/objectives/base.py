@@ -10,7 +10,10 @@ An objective is one class in its own module under train/objectives/, registered 
 - extra model state that is not trained by gradients (a frozen teacher, an EMA teacher): `init_extra`, sharded by
   `extra_logical_axes` with the same logical-axis rules as the parameters, updated after each applied step by
   `update_extra`, saved and restored with the run (state["extra"]). A second tower trained with the first is part of
-  the objective's model (its parameters), not extra state;
+  the objective's model (its parameters), not extra state. An EMA teacher that starts as a copy of the student sets
+  `extra_from_params` (init_extra then also gets the fresh parameters); state that follows statistics of the batch
+  (DINO's centre) sets `loss_aux`: the loss then returns (loss, aux) and update_extra gets aux (averaged over
+  micro-batches); schedules over the run read `total_steps` (set when the train program is built);
 - its loss, its evaluation (`eval_step`, `evaluate`) and what an evaluation reports (`report`), used both during
   training (its evaluator, named `evaluator` in eval.evaluators) and by `vit-jax eval`.
 
@@ -61,6 +64,9 @@ class Objective(abc.ABC):
     defaults: ClassVar[dict[str, Any]] = {}
     uses_labels: ClassVar[bool] = True  # False: labels unused (no head from the dataset; label options refused)
     pretraining: ClassVar[bool] = False  # trains from scratch, every layer at one lr (no init checkpoint)
+    extra_from_params: ClassVar[bool] = False  # init_extra(key, params): the extra state starts from the parameters
+    loss_aux: ClassVar[bool] = False  # loss returns (loss, aux); update_extra(extra, params, step, aux)
+    total_steps: int = 0  # the run's length in steps, set by train/program.build_program (0: not known)
 
     model: FunctionalViT
     flops: Flops  # per example, of what the train step runs
@@ -97,8 +103,9 @@ class Objective(abc.ABC):
     # --- the batch -------------------------------------------------------------------------------------------------
     def batch_spec(self, batch_size: int) -> dict[str, tuple[tuple[int, ...], Any]]:
         """field -> (shape, dtype) of a global batch the loss reads (the pipeline's batch contract, docs/data.md)."""
-        h, w = self.model.cfg.image_size
-        spec = {"image": ((batch_size, h, w, 3), jnp.float32)}
+        # A model whose example is not one image says so with `input_shape` (a video model's clip: (T, H, W, 3)).
+        example = getattr(self.model.cfg, "input_shape", None) or (*self.model.cfg.image_size, 3)
+        spec = {"image": ((batch_size, *example), jnp.float32)}
         if self.uses_labels:
             n = self.model.cfg.num_classes
             spec.update(labels=((batch_size, n), jnp.float32), label=((batch_size,), jnp.int32))
@@ -136,15 +143,22 @@ class Objective(abc.ABC):
 
     # --- extra model state -------------------------------------------------------------------------------------------
     def init_extra(self, key: jax.Array) -> Any | None:
-        """The extra state's initial value (a pytree of arrays, e.g. a teacher's parameters), or None: none."""
+        """The extra state's initial value (a pytree of arrays, e.g. a teacher's parameters), or None: none. With
+        `extra_from_params`, called as init_extra(key, params) with the run's fresh parameters."""
         return None
+
+    def extra_shapes(self) -> Any | None:
+        """The extra state's abstract shapes (ShapeDtypeStructs), or None: none."""
+        args = (self.model.shapes,) if self.extra_from_params else ()
+        return jax.eval_shape(self.init_extra, jax.random.key(0), *args)
 
     def extra_logical_axes(self) -> Any | None:
         """Logical axes of the extra state's arrays (as FunctionalViT.logical_axes), or None: replicated."""
         return None
 
     def update_extra(self, extra: Any, params: Any, step: jax.Array) -> Any:
-        """The extra state after an applied step to `params` (now at `step`); frozen by default."""
+        """The extra state after an applied step to `params` (now at `step`); frozen by default. With `loss_aux`,
+        called as update_extra(extra, params, step, aux) with the step's aux from the loss."""
         return extra
 
     # --- the loss ------------------------------------------------------------------------------------------------
