@@ -10,6 +10,7 @@ is validated.
 
 from vit_jax.train.objectives.base import BatchFieldError, EvalReport, Objective, needs_rng
 from vit_jax.train.objectives.classification import Classification
+from vit_jax.train.objectives.dino import Dino, dino_config
 from vit_jax.train.objectives.distillation import Distillation, distill_config
 from vit_jax.train.objectives.image_text import CLIP, SigLIP
 from vit_jax.train.objectives.mae import MAE, mae_config
@@ -18,7 +19,7 @@ from vit_jax.train.objectives.registry import (DEFAULT_OBJECTIVE, OBJECTIVES, Un
                                                evaluator_objectives, make_objective, objective_class, register)
 from vit_jax.train.objectives.segmentation import MissingMaskError, Segmentation
 
-__all__ = ["CLIP", "SigLIP", "DEFAULT_OBJECTIVE", "OBJECTIVES", "BatchFieldError", "Classification", "Distillation", "distill_config",
+__all__ = ["CLIP", "SigLIP", "DEFAULT_OBJECTIVE", "OBJECTIVES", "BatchFieldError", "Classification", "Dino", "dino_config", "Distillation", "distill_config",
            "EvalReport", "MAE", "MaskedPatchPrediction", "MissingMaskError", "Objective", "Segmentation",
            "UnknownObjectiveError", "evaluator_objectives",
            "mae_config", "make_objective", "mpp_config", "needs_rng", "objective_class", "register"]
