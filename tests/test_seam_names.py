@@ -24,6 +24,7 @@ REGISTRIES = {"train/objectives/__init__.py", "train/objectives/registry.py", "t
 OBJECTIVES = {  # name and evaluator -> the objective's own modules
     ("classification",): {"train/objectives/classification.py"},
     ("mae", "reconstruction"): {"train/objectives/mae.py", "models/mae.py"},
+    ("dino",): {"train/objectives/dino.py", "models/dino.py"},
     ("masked_patch_prediction", "masked_patch"): {"train/objectives/mpp.py", "train/objectives/mae.py",
                                                    "models/mpp.py"},  # mpp.py shares MAE's fixed eval key
     # "segmentation" is also the data contract's name of a per-pixel label map (docs/data.md): the pipeline's ops
