@@ -1,8 +1,8 @@
 """Dataset names -> prepared TFDS datasets: `open_dataset` and the `Dataset` handle the pipeline reads from.
 
-Names: "digits", "digits_mosaic", "imagenet21k" (= "imagenet21k/fall11"), "imagenet21k/winter21",
-"folder:/abs/path", or any TFDS name ("cifar10", "imagenet2012", "oxford_iiit_pet:3.*.*" ...). Nothing touches the
-network unless `download=True`, or the data_dir is a bucket (gs://...): then a dataset is read from there (streamed by the
+Names: "digits", "digits_mosaic", "moving_digits" (clips), "imagenet21k" (= "imagenet21k/fall11"),
+"imagenet21k/winter21", "folder:/abs/path", or any TFDS name ("cifar10", "imagenet2012", "oxford_iiit_pet:3.*.*" ...).
+Nothing touches the network unless `download=True`, or the data_dir is a bucket (gs://...): then a dataset is read from there (streamed by the
 pipeline, see stream_plan.py), and one that is not there yet is built in a local staging folder and uploaded.
 """
 
@@ -24,7 +24,7 @@ from vit_jax.storage import remote
 # Manual files of the standard datasets we name in errors (TFDS's own instructions are long).
 KNOWN_MANUAL_FILES = {"imagenet2012": ["ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"]}
 BUILD_REPORT = "build_report.json"
-GENERATED = ("digits", "digits_mosaic")  # built from data shipped with scikit-learn: no download
+GENERATED = ("digits", "digits_mosaic", "moving_digits")  # built from data shipped with scikit-learn: no download
 
 
 class DataNotFoundError(UserError, FileNotFoundError):
@@ -94,6 +94,10 @@ def make_builder(name: str, data_dir: str, file_format: str | None = None):
         from vit_jax.data.digits_mosaic import DigitsMosaic
 
         return DigitsMosaic(data_dir=data_dir, file_format=file_format)
+    if name == "moving_digits":
+        from vit_jax.data.moving_digits import MovingDigits
+
+        return MovingDigits(data_dir=data_dir, file_format=file_format)
     if name.startswith("folder:"):
         from vit_jax.data.image_folder import ImageFolder
 
@@ -116,10 +120,9 @@ def make_builder(name: str, data_dir: str, file_format: str | None = None):
     except tfds.core.registered.DatasetNotFoundError as e:
         import difflib
 
-        close = difflib.get_close_matches(_base_name(name), ["digits", "digits_mosaic", "imagenet21k", *registered],
-                                          n=1)
+        close = difflib.get_close_matches(_base_name(name), [*GENERATED, "imagenet21k", *registered], n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
-        raise DataNotFoundError(f"unknown dataset '{name}': {hint}use digits, digits_mosaic, "
+        raise DataNotFoundError(f"unknown dataset '{name}': {hint}use digits, digits_mosaic, moving_digits, "
                                 "imagenet21k[/fall11|/winter21], "
                                 "folder:/path or a TFDS name (tfds.list_builders())") from e
     except Exception as e:  # noqa: BLE001 - TFDS raises several types for missing versions, bad configs
