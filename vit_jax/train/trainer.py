@@ -280,7 +280,7 @@ class Trainer:
 
     def _compile(self, batch: dict) -> Any:
         """Ahead-of-time compilation (timed and reported) against the first batch's shapes."""
-        expected = (*self.model_cfg.image_size, 3)
+        expected = tuple(self.program.objective.batch_spec(0)["image"][0][1:])  # a video model's: (T, H, W, 3)
         if tuple(batch["image"].shape[1:]) != expected:
             raise config_lib.ConfigError(
                 f"data.pp_train produces images of shape {tuple(batch['image'].shape[1:])} but the model expects "
