@@ -22,3 +22,12 @@ def smooth_labels(labels: jax.Array, smoothing: float) -> jax.Array:
     if not smoothing:
         return labels
     return labels * (1.0 - smoothing) + smoothing / labels.shape[-1]
+
+
+def threshold_targets(labels: jax.Array, threshold: float) -> jax.Array:
+    """Binary targets from soft (smoothed, mixed) ones: 1 where a class's weight exceeds `threshold`, else 0 (timm's
+    BinaryCrossEntropy target_threshold, DeiT III / "ResNet strikes back": after mixup or CutMix both images' classes
+    are positives for the sigmoid loss). 0 leaves the targets as they are."""
+    if not threshold:
+        return labels
+    return (labels > threshold).astype(labels.dtype)

@@ -71,6 +71,9 @@ def default_config() -> ml_collections.ConfigDict:
         mixup_alpha=0.0,  # > 0: mixup on device with lambda ~ Beta(alpha, alpha)
         cutmix_alpha=0.0,  # > 0: CutMix (data/mixup.py), switched per batch with mixup when both are on (DeiT)
         cutmix_switch_prob=0.5,  # with both on: the probability of CutMix for a batch
+        # > 0 (sigmoid_xent only): binary targets, 1 where a class's smoothed, mixed weight exceeds it (timm's
+        # BinaryCrossEntropy target_threshold; DeiT III trains with BCE)
+        bce_target_threshold=0.0,
     )
     # What the run learns (train/objectives/: classification, mae, masked_patch_prediction, segmentation, or any
     # registered objective); each objective's own settings are a group of their own (mae.*, mpp.*, ...), with the
@@ -228,6 +231,10 @@ def _check_objective(config: ml_collections.ConfigDict) -> None:
     if objective.pretraining and 0.0 < config.optimizer.layer_decay < 1.0:
         raise ConfigError(f"optimizer.layer_decay is for fine-tuning ({config.objective} pretrains every layer at "
                           "one lr): set optimizer.layer_decay=0")
+    if config.loss.bce_target_threshold and (config.loss.kind != "sigmoid_xent"
+                                             or not 0.0 < config.loss.bce_target_threshold < 1.0):
+        raise ConfigError(f"loss.bce_target_threshold={config.loss.bce_target_threshold}: binary targets are for "
+                          "loss.kind='sigmoid_xent', with a threshold in (0, 1), e.g. 0.2")
     if not 0.0 <= config.loss.cutmix_switch_prob <= 1.0:
         raise ConfigError(f"loss.cutmix_switch_prob={config.loss.cutmix_switch_prob}: give a probability in [0, 1]")
     if not objective.uses_labels and (config.loss.mixup_alpha or config.loss.cutmix_alpha

@@ -10,7 +10,7 @@ from vit_jax.data.mixup import mix
 from vit_jax.errors import ConfigError
 from vit_jax.eval.steps import make_eval_step
 from vit_jax.models.build import build_model, model_flops
-from vit_jax.models.losses import LOSSES, smooth_labels
+from vit_jax.models.losses import LOSSES, smooth_labels, threshold_targets
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.train.objectives.registry import register
 from vit_jax.train.objectives.base import EvalReport, Objective, needs_rng
@@ -22,10 +22,12 @@ class Classification(Objective):
     evaluator = "classification"
 
     def __init__(self, model: FunctionalViT, loss_kind: str = "softmax_xent", label_smoothing: float = 0.0,
-                 mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0, cutmix_switch_prob: float = 0.5):
+                 mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0, cutmix_switch_prob: float = 0.5,
+                 bce_target_threshold: float = 0.0):
         self.model, self.loss_kind = model, loss_kind
         self.label_smoothing, self.mixup_alpha = label_smoothing, mixup_alpha
         self.cutmix_alpha, self.cutmix_switch_prob = cutmix_alpha, cutmix_switch_prob
+        self.bce_target_threshold = bce_target_threshold
         self.loss_fn = LOSSES[loss_kind]
         self.needs_rng = needs_rng(model.cfg)
         self.flops = model_flops(model.cfg)
@@ -34,7 +36,7 @@ class Classification(Objective):
     def from_config(cls, config, model_cfg):
         loss = config.loss
         return cls(build_model(model_cfg), loss.kind, loss.label_smoothing, loss.mixup_alpha, loss.cutmix_alpha,
-                   loss.cutmix_switch_prob)
+                   loss.cutmix_switch_prob, loss.bce_target_threshold)
 
     @classmethod
     def check(cls, config):
@@ -54,6 +56,7 @@ class Classification(Objective):
             mixed = mix({"image": images, "labels": labels}, k_mix, self.mixup_alpha, self.cutmix_alpha,
                         self.cutmix_switch_prob)
             images, labels = mixed["image"], mixed["labels"]
+        labels = threshold_targets(labels, self.bce_target_threshold)  # smoothed, mixed, then binarised (timm's order)
         logits, _ = self.model.apply(params, images, train=True, rng=k_model if self.needs_rng else None)
         return jnp.mean(self.loss_fn(logits, labels))
 
