@@ -7,6 +7,7 @@ a 64-prototype head, 2 global + 1 local 16 px crops (crops and flips: the colour
 tested in tests/models/test_dino.py, and cost compile time here), iBOT and KoLeo on.
 """
 
+import json
 import shutil
 
 import jax
@@ -15,6 +16,7 @@ import pytest
 
 from tests.launch.helpers import losses
 from tests.train.helpers import demo_config
+from vit_jax import cli
 from vit_jax.checkpoints.training import load_params_from_run, load_state_from_run
 from vit_jax.train.objectives.dino import cosine_momentum
 from vit_jax.train.trainer import Trainer
@@ -43,7 +45,7 @@ def dino_run(tmp_path_factory, digits_data_dir):
     c = dino_config(digits_data_dir, **{"checkpoint.every_steps": 1, "eval.fewshot.datasets": ("digits",),
                                         "eval.fewshot.shots": (5,), "eval.fewshot.seeds": 1,
                                         "eval.fewshot.max_train_examples": 200,
-                                        "eval.fewshot.max_test_examples": 120})
+                                        "eval.fewshot.max_test_examples": 120, "eval.fewshot.knn": (10, 20)})
     trainer = Trainer(c, str(workdir))
     summary = trainer.train()
     return workdir, trainer, summary
@@ -64,6 +66,7 @@ def test_dino_trains_on_a_data_fsdp_mesh_and_evaluates(dino_run):
     assert final["eval/count"] == 360 and np.isfinite(final["eval/dino_loss"])
     assert 0 < final["eval/teacher_entropy"] <= np.log(64) + 1e-4
     assert "fewshot/digits/5shot" in final
+    assert 0.1 < final["knn/digits/10nn"] <= 1 and 0.1 < final["knn/digits/20nn"] <= 1  # above chance already
     teacher = trainer.state["extra"]["teacher"]
     pairs = list(zip(jax.tree.leaves(teacher), jax.tree.leaves(trainer.state["params"])))
     assert all(t.sharding == p.sharding for t, p in pairs)  # sharded as the student ...
@@ -95,3 +98,15 @@ def test_a_dino_run_resumed_from_its_step_2_checkpoint_is_bit_identical(dino_run
     full = losses(full_dir)
     assert losses(tmp_path) == {3: full[3], 4: full[4]}  # same crops, masks and data order: bit-identical losses
     jax.tree.map(np.testing.assert_array_equal, state_at(trainer, full_dir), state_at(trainer, tmp_path))
+
+
+def test_vit_jax_eval_of_a_dino_run_gives_its_evaluation_and_the_frozen_feature_probes(dino_run, tmp_path):
+    workdir, _, summary = dino_run
+    out = tmp_path / "eval.json"
+    assert cli.main(["eval", "--checkpoint", str(workdir), "--output", str(out), "--fewshot", "digits",
+                     "--shots", "5", "--knn", "10,20", "--fewshot-max-train-examples", "200"]) == 0
+    result = json.loads(out.read_text())
+    # The evaluator's fixed crops, the teacher and centre restored: the run's final loss exactly.
+    assert result["eval/dino_loss"] == pytest.approx(summary["final"]["eval/dino_loss"], abs=1e-6)
+    # The k-NN vote over all 200 training features and all 360 test images (training capped the test at 120).
+    assert 0.1 < result["knn/digits/10nn"] <= 1 and "knn/digits/20nn" in result and "fewshot/digits/5shot" in result

@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fewshot-max-train-examples", type=int, default=0,
                     help="draw the shots from the first N training examples only (0: all)")
     ap.add_argument("--l2-reg", type=float, default=1e-2)
+    ap.add_argument("--knn", default="", help="with --fewshot: also weighted k-NN accuracy for these k, e.g. 10,20 "
+                    "(cosine, temperature 0.07, over all --fewshot-max-train-examples training features)")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--output", dest="json", type=cli_args.output_path,
                     metavar="PATH", help="also write the results to this JSON file")
@@ -84,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                                   test_split=args.fewshot_test_split,
                                   shots=[int(s) for s in args.shots.split(",")], l2_reg=args.l2_reg,
                                   seeds=args.seeds, max_test_examples=10**9,
-                                  max_train_examples=args.fewshot_max_train_examples)
+                                  max_train_examples=args.fewshot_max_train_examples,
+                                  knn=tuple(int(k) for k in args.knn.split(",") if k))
         results.update(out)
         for k, v in out.items():
             print(f"{k}: {100 * v:.2f}%")

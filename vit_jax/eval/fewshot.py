@@ -99,10 +99,13 @@ def extract_features(features_fn, params, ds, split: str, pp: str, batch_size: i
 
 def fewshot_on_datasets(features_fn, params, names, *, data_dir, pp: str, batch_size: int, sharding,
                         train_split: str, test_split: str, shots, l2_reg: float, seeds: int,
-                        max_test_examples: int, max_train_examples: int = 0) -> dict[str, float]:
-    """{"fewshot/<dataset>/<k>shot": accuracy} for every named dataset. An empty `test_split` picks each dataset's
-    labelled held-out split (default_test_split)."""
+                        max_test_examples: int, max_train_examples: int = 0, knn: tuple[int, ...] = (),
+                        knn_temperature: float = 0.07) -> dict[str, float]:
+    """{"fewshot/<dataset>/<k>shot": accuracy} for every named dataset, and with `knn` {"knn/<dataset>/<k>nn":
+    accuracy} of the weighted k-NN vote over all the extracted training features (eval/knn.py). An empty
+    `test_split` picks each dataset's labelled held-out split (default_test_split)."""
     from vit_jax.data import pipeline
+    from vit_jax.eval.knn import knn_accuracy
 
     out = {}
     for name in names:
@@ -115,4 +118,8 @@ def fewshot_on_datasets(features_fn, params, names, *, data_dir, pp: str, batch_
         accs = fewshot_accuracy(train_x, train_y, test_x, test_y, num_classes=ds.num_classes, shots=tuple(shots),
                                 l2_reg=l2_reg, seeds=seeds)
         out.update({f"fewshot/{name}/{k}shot": v for k, v in accs.items()})
+        if knn:
+            nn = knn_accuracy(train_x, train_y, test_x, test_y, num_classes=ds.num_classes, ks=tuple(knn),
+                              temperature=knn_temperature)
+            out.update({f"knn/{name}/{k}nn": v for k, v in nn.items()})
     return out

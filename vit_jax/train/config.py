@@ -104,6 +104,8 @@ def default_config() -> ml_collections.ConfigDict:
             # Features of only the first N examples of each split (0: all): the shots are drawn from the first
             # max_train_examples (TFDS splits are stored shuffled), so ImageNet few-shot need not embed 1.28M images.
             max_train_examples=0, max_test_examples=10_000,
+            # Weighted k-NN (eval/knn.py; DINO's k = 10, 20 at temperature 0.07) on the same features; () none.
+            knn=(), knn_temperature=0.07,
         ),
     )
     c.log_every_steps = 50
@@ -196,6 +198,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
         if len(set_) > 1:
             raise ConfigError(f"set only one of {', '.join(set_)}")
     check_repeats(config.data.repeated_augmentation, config.batch_size)
+    fs = config.eval.fewshot
+    if any(int(k) < 1 for k in fs.knn) or fs.knn_temperature <= 0:
+        raise ConfigError(f"eval.fewshot.knn={tuple(fs.knn)}, knn_temperature={fs.knn_temperature}: give neighbour "
+                          "counts >= 1 and a positive temperature, e.g. (10, 20) and 0.07")
     if config.batch_size % config.micro_batches:
         raise ConfigError(f"batch_size {config.batch_size} is not divisible by micro_batches {config.micro_batches}")
     choices = {"optimizer.name": ("adamw", "sgd", "adafactor", "lamb"),

@@ -353,7 +353,8 @@ def run_fewshot(ctx: HookContext, features_fn: Callable) -> dict[str, float]:
         features_fn, ctx.params(), fs.datasets, data_dir=c.data.data_dir or None,
         pp=c.data.pp_eval, batch_size=c.eval.batch_size or c.batch_size, sharding=ctx.program.batch_sh,
         train_split=fs.train_split, test_split=fs.test_split, shots=fs.shots, l2_reg=fs.l2_reg, seeds=fs.seeds,
-        max_test_examples=fs.max_test_examples, max_train_examples=fs.max_train_examples)
+        max_test_examples=fs.max_test_examples, max_train_examples=fs.max_train_examples, knn=tuple(fs.knn),
+        knn_temperature=fs.knn_temperature)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
