@@ -47,6 +47,25 @@ class Exporter:
     export: Callable[[Any, dict[str, Any], str, ExportRequest], tuple[Any, list[str], str]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Converter:
+    """Initialising a model of family `target` from a checkpoint of family `source` (a video ViT from an image ViT:
+    checkpoints/video_formats.py): `convert(loaded config, loaded params, target config, target's fresh init)` ->
+    (params in the target's layout and sizes, notes). Fine-tune surgery (checkpoints/surgery.py adapt_params) runs
+    it when the two families differ, then treats the result as a checkpoint of the target's family."""
+    source: str
+    target: str
+    convert: Callable[[Any, dict[str, Any], Any, dict[str, Any]], tuple[dict[str, Any], list[str]]]
+
+
+CONVERTERS: dict[tuple[str, str], Converter] = {}
+
+
+def register_converter(converter: Converter) -> Converter:
+    CONVERTERS[(converter.source, converter.target)] = converter
+    return converter
+
+
 class ExportError(UserError, ValueError):
     """A conversion the checkpoint's family cannot express (a layout, a layer it does not have)."""
 

@@ -6,6 +6,7 @@ of every change; anything it cannot explain (a different width, a missing block,
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -72,12 +73,23 @@ def adapt_params(loaded: dict[str, Any], loaded_cfg: ViTConfig, target_init: dic
       position tables to the target's attention sizes (global blocks follow the grid; a Swin's bias tables to its
       stages' windows);
     - everything else must match in name and shape, or a CheckpointMismatchError lists every difference.
-    Both configs are of one model family (a BiT ResNet's checkpoint fine-tunes a BiT ResNet).
+    Both configs are of one model family (a BiT ResNet's checkpoint fine-tunes a BiT ResNet), or a converter is
+    registered from the checkpoint's family to the target's (checkpoints/formats.py Converter: an image ViT inflated
+    into a video ViT), which runs first.
     """
+    notes: list[str] = []
+    if type(loaded_cfg) is not type(target_cfg):  # another family: a registered converter (formats.Converter) or none
+        from vit_jax.checkpoints.formats import CONVERTERS
+        from vit_jax.models.family import family_of
+
+        converter = CONVERTERS.get((family_of(loaded_cfg).name, family_of(target_cfg).name))
+        if converter is not None:
+            loaded, notes = converter.convert(loaded_cfg, loaded, target_cfg, target_init)
+            notes = [f"{loaded_cfg.name} -> {target_cfg.name}: {n}" for n in notes]
+            loaded_cfg = dataclasses.replace(target_cfg, num_classes=loaded_cfg.num_classes)
     src = {k: np.asarray(v) for k, v in flatten(loaded).items()}
     dst = flatten(target_init)
     out: dict[str, Any] = {}
-    notes: list[str] = []
     missing, mismatched = [], []
     if type(loaded_cfg) is not type(target_cfg):
         raise CheckpointMismatchError(f"checkpoint holds a {loaded_cfg.name} but the config builds a {target_cfg.name} "
