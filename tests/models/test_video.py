@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vit_jax.checkpoints.surgery import adapt_params
 from vit_jax.checkpoints.video_formats import InflationError, inflate_image_vit
 from vit_jax.models import attention_cpu
 from vit_jax.models.build import build_model, describe, model_flops
@@ -114,3 +115,8 @@ def test_an_inflated_image_vit_predicts_a_still_clip_as_the_image(joint_gap, met
     np.testing.assert_allclose(got, expect, atol=1e-5)
     with pytest.raises(InflationError, match="width 32 vs 64"):
         inflate_image_vit(image_cfg.replace(width=32, num_heads=2), image_params, cfg, video_init)
+    if method == "central":  # init.checkpoint of an image ViT: fine-tune surgery inflates it (a registered converter)
+        tuned, notes = adapt_params(image_params, image_cfg, video_init, cfg)
+        assert np.array_equal(tuned["embedding"]["kernel"][1], image_params["embedding"]["kernel"])
+        assert not np.asarray(tuned["embedding"]["kernel"][0]).any() and not np.asarray(tuned["head"]["kernel"]).any()
+        assert any("inflated the patch kernel to 2 frames (central frame)" in n for n in notes)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from tests.interop import require_transformers
-from vit_jax.checkpoints.video_formats import from_vivit, load_vivit, video_config_from_hf
+from vit_jax.checkpoints.loading import load_any
+from vit_jax.checkpoints.video_formats import from_vivit, video_config_from_hf
 from vit_jax.models.build import build_model
 
 SMALL = dict(image_size=32, num_frames=4, tubelet_size=[2, 8, 8], hidden_size=64, num_hidden_layers=2,
@@ -49,7 +50,7 @@ def test_a_saved_vivit_classifier_loads_and_predicts_as_transformers(clips, tmp_
     hf = transformers.VivitForVideoClassification(transformers.VivitConfig(**SMALL, num_labels=5)).eval()
     _randomise(torch, hf)
     hf.save_pretrained(tmp_path)  # model.safetensors + config.json
-    cfg, params = load_vivit(str(tmp_path / "model.safetensors"))
+    cfg, params = load_any(str(tmp_path / "model.safetensors"))  # recognised as a ViViT, config.json read
     assert (cfg.num_classes, cfg.num_heads, cfg.num_frames) == (5, 4, 4)
     with torch.no_grad():
         expect = hf(pixel_values=torch.from_numpy(clips).permute(0, 1, 4, 2, 3)).logits.numpy()

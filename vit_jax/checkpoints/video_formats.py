@@ -187,3 +187,16 @@ formats.register_reader(formats.Reader(
     family="Video", suffix=".safetensors", recognise=is_vivit_file, load=load_vivit,
     reads="transformers ViViT .safetensors + config.json",
     signature=(EMBED, "embeddings.position_embeddings", "layers.0.attention.q_proj.weight", "layernorm.weight")))
+
+
+def _inflate(image_cfg: ViTConfig, image_params: dict[str, Any], video_cfg: VideoConfig,
+             video_init: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """init.checkpoint of an image ViT for a video model: central-frame inflation, scenic's Kinetics default."""
+    params = inflate_image_vit(image_cfg, image_params, video_cfg, video_init, "central")
+    nt = video_cfg.grid[0]
+    posemb = f"repeated over {nt} time steps" if video_cfg.encoder == "joint" else "the spatial encoder's"
+    return params, [f"inflated the patch kernel to {video_cfg.tubelet} frames (central frame), position embedding "
+                    f"{posemb}"]
+
+
+formats.register_converter(formats.Converter(source="ViT", target="Video", convert=_inflate))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from vit_jax.models.config import DTYPES, GELUS, REMAT_POLICIES, SIZES, ModelConfigError, ViTConfig, _pair
 
@@ -49,6 +49,7 @@ class VideoConfig:
     dtype: str = "float32"
     param_dtype: str = "float32"
     remat: str = "none"
+    dense: ClassVar[bool] = False  # read as a classifier (fine-tune surgery and the commands ask)
 
     def __post_init__(self):
         for name, allowed in (("encoder", ENCODERS), ("pool", POOLS), ("gelu", GELUS), ("remat", REMAT_POLICIES),
