@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from vit_jax.checkpoints import bit, formats, swin_formats, vit_formats  # noqa: F401  (they register readers)
+from vit_jax.checkpoints import bit, formats, swin_formats, video_formats, vit_formats  # noqa: F401  (they register)
 from vit_jax.checkpoints.layouts import CheckpointReadError, ImageSizeRequiredError
 from vit_jax.errors import one_line
 from vit_jax.storage.remote import is_url
