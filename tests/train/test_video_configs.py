@@ -1,0 +1,25 @@
+"""The video configs: demo_video and vivit validate, build the video model they describe, and carry the recipe."""
+
+from tests.train.test_shipped_configs import load
+from vit_jax.models.video_config import VideoConfig
+from vit_jax.train.config import model_config, validate
+
+
+def test_demo_video_builds_a_joint_video_vit_on_moving_digits():
+    c = load("demo_video").get_config()
+    validate(c)
+    cfg = model_config(c, num_classes=40)
+    assert isinstance(cfg, VideoConfig) and (cfg.encoder, cfg.grid, cfg.width) == ("joint", (4, 4, 4), 64)
+    assert c.data.name == "moving_digits" and "sample_clip(8, stride=2, random=False)" in c.data.pp_eval
+
+
+def test_vivit_is_scenics_kinetics_factorised_encoder_recipe():
+    c = load("vivit").get_config("init=vit_b16.npz")
+    validate(c)
+    cfg = model_config(c, num_classes=400)
+    assert (cfg.name, cfg.num_frames, cfg.grid, cfg.num_temporal_blocks) == ("ViViT-FE-B/16x2", 32, (16, 14, 14), 4)
+    o = c.optimizer
+    assert (o.name, o.momentum, o.lr, o.warmup_epochs, o.schedule, o.grad_clip_norm, o.weight_decay) == (
+        "sgd", 0.9, 0.05, 2.5, "cosine", 1.0, 0.0)
+    assert (c.batch_size, c.total_epochs, c.init.checkpoint, c.init.required) == (64, 30.0, "vit_b16.npz", True)
+    assert "sample_clip(32, stride=2)" in c.data.pp_train
