@@ -39,6 +39,7 @@ def test_deit_recipe_is_table_9():
         0.1, 0.8, 1.0, 0.5)
     assert (c.data.repeated_augmentation, c.model.drop_path, c.model.dropout) == (3, 0.1, 0.0)
     assert "randaug(2,9)" in c.data.pp_train and c.objective == "classification"
+    assert c.data.pp_train.endswith("value_range(-1,1)|random_erasing(0.25)")
 
 
 def test_deit_distilled():
