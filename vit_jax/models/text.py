@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from vit_jax.models import layers as L
-from vit_jax.models.config import GELUS, ModelConfigError, ViTConfig
+from vit_jax.models.config import DTYPES, GELUS, REMAT_POLICIES, ModelConfigError, ViTConfig
 from vit_jax.models.vit import ViT
 
 TEXT_POOLS = ("last", "eos", "map")
@@ -45,6 +45,10 @@ class TextConfig:
     eos_id: int = 1
     gelu: str = "tanh"
     ln_eps: float = 1e-6
+    # Compute dtype and per-block rematerialisation, as the image tower's (ViTConfig.dtype / remat): the objective
+    # sets them from model.* so that both towers of a large-batch run save the same kind of activations.
+    dtype: str = "float32"
+    remat: str = "none"
 
     def __post_init__(self):
         if min(self.vocab_size, self.max_len, self.width, self.depth, self.num_heads, self.mlp_dim) <= 0:
@@ -55,6 +59,9 @@ class TextConfig:
             raise ModelConfigError(f"text pool '{self.pool}': choose one of {', '.join(TEXT_POOLS)}")
         if self.gelu not in GELUS:
             raise ModelConfigError(f"text gelu '{self.gelu}': choose one of {', '.join(GELUS)}")
+        if self.dtype not in DTYPES or self.remat not in REMAT_POLICIES:
+            raise ModelConfigError(f"text dtype '{self.dtype}' / remat '{self.remat}': choose a dtype of "
+                                   f"{', '.join(DTYPES)} and a remat of {', '.join(REMAT_POLICIES)}")
         if not 0 <= self.eos_id < self.vocab_size:
             raise ModelConfigError(f"text eos_id {self.eos_id} is outside the vocabulary [0, {self.vocab_size})")
 
@@ -88,15 +95,20 @@ class TextTransformer(nnx.Module):
         if ids.ndim != 2 or ids.shape[1] > cfg.max_len:
             raise ValueError(f"token ids of shape {ids.shape}: give (batch, length <= {cfg.max_len})")
         t = ids.shape[1]
-        x = jnp.take(self.embedding[...], ids, axis=0) + self.pos_embedding[:, :t]
+        x = (jnp.take(self.embedding[...], ids, axis=0) + self.pos_embedding[:, :t]).astype(cfg.dtype)
         causal = jnp.tril(jnp.ones((t, t), bool))
-        for i in range(cfg.depth):
-            block = getattr(self, f"block_{i}")
+
+        def run_block(x, graphdef, state):
+            block = nnx.merge(graphdef, state)
             if cfg.causal:  # the block's two residual branches, attention under the causal mask
                 x = x + _masked_self_attention(block.attn, block.ln1(x), causal)
-                x = x + block.mlp(block.ln2(x), gelu_kind=cfg.gelu)
-            else:
-                x, _ = block(x, gelu_kind=cfg.gelu)
+                return x + block.mlp(block.ln2(x), gelu_kind=cfg.gelu)
+            return block(x, gelu_kind=cfg.gelu)[0]
+
+        if cfg.remat != "none":
+            run_block = jax.checkpoint(run_block, policy=L.SAVED_UNDER_REMAT[cfg.remat], static_argnums=(1,))
+        for i in range(cfg.depth):
+            x = run_block(x, *nnx.split(getattr(self, f"block_{i}")))
         x = self.norm(x)
         if cfg.pool == "last":
             pooled = x[:, -1]

@@ -118,7 +118,8 @@ class SigLIP(Objective):
 
     def __init__(self, model_cfg, settings: SigLIPSettings):
         self.s = settings
-        self.text_cfg = settings.text()
+        # The text tower computes in the image tower's dtype and rematerialises its blocks the same way (model.*).
+        self.text_cfg = dataclasses.replace(settings.text(), dtype=model_cfg.dtype, remat=model_cfg.remat)
         locked = bool(settings.lock_image)
         self.model = FunctionalViT(model_cfg, functools.partial(
             ImageText, text=self.text_cfg, embed_dim=settings.embed_dim, lock_image=locked,
