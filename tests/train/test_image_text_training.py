@@ -126,3 +126,29 @@ def test_config_errors_are_one_line(digits_data_dir):
         clip_config(digits_data_dir, micro_batches=2)
     with pytest.raises(ModelConfigError, match="text pool 'cls'"):
         clip_config(digits_data_dir, **{"siglip.text_pool": "cls"})
+
+
+def test_the_run_converts_to_big_visions_siglip_npz_with_the_same_embeddings(run, tmp_path):
+    """`vit-jax convert --to siglip` of the LiT run (its locked tower from the extra state, the trained text tower):
+    the file read back gives the run's own image and text embeddings, temperature and bias."""
+    from vit_jax.checkpoints.siglip_formats import load_siglip_npz
+    from vit_jax.commands import convert
+
+    workdir, _, c, trainer = run
+    dst = str(tmp_path / "siglip.npz")
+    assert convert.main(["--checkpoint", str(workdir), "--output", dst, "--to", "siglip"]) == 0
+    spec, loaded = load_siglip_npz(dst)
+    rng = np.random.RandomState(0)
+    images = rng.uniform(-1, 1, (4, 16, 16, 3)).astype(np.float32)
+    tokens = rng.randint(0, c.siglip.text_vocab_size, (4, c.siglip.text_max_len)).astype(np.int32)
+    state = jax.device_get({"params": trainer.state["params"], "extra": trainer.state["extra"]})
+    objective = trainer.program.objective
+    want = jax.jit(objective.embed)(state["params"], state["extra"], images, tokens)
+
+    @jax.jit
+    def got(params):
+        model = spec.model().bind(params)
+        return (model.embed_image(images), model.embed_text(tokens), *model.scalars())
+
+    for a, b in zip(want, got(loaded)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5)

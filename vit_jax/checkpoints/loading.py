@@ -10,7 +10,8 @@ import os
 import sys
 from typing import Any
 
-from vit_jax.checkpoints import bit, formats, swin_formats, video_formats, vit_formats  # noqa: F401  (they register)
+# siglip_formats before vit_formats: its reader of two-tower .npz files is asked before the ViT's (registry order).
+from vit_jax.checkpoints import bit, formats, siglip_formats, swin_formats, video_formats, vit_formats  # noqa: F401
 from vit_jax.checkpoints.layouts import CheckpointReadError, ImageSizeRequiredError
 from vit_jax.errors import one_line
 from vit_jax.storage.remote import is_url

@@ -273,3 +273,33 @@ class CLIP(SigLIP):
 
     def contrastive_loss(self, zimg, ztxt, t, b):
         return softmax_loss(zimg, ztxt, t)
+
+
+def load_image_text(path: str):
+    """Both towers of a two-tower checkpoint as (checkpoints/siglip_formats.py `ImageTextSpec`, our nested params), or
+    None when `path` is another kind of checkpoint: a `siglip`/`clip` run (LiT's locked image tower taken from the
+    run's extra state) or a big_vision SigLIP-layout .npz. What `vit-jax convert --to siglip` and `predict` read."""
+    import ml_collections
+    from etils import epath
+
+    from vit_jax.checkpoints import siglip_formats
+    from vit_jax.checkpoints.loading import check_exists
+    from vit_jax.checkpoints.training import load_run_metadata, load_state_from_run, model_config_from_meta
+
+    check_exists(path)
+    if str(path).endswith(".npz"):
+        return siglip_formats.load_siglip_npz(path) if siglip_formats.is_siglip_npz_file(path) else None
+    if not epath.Path(path).is_dir():
+        return None
+    meta = load_run_metadata(path)
+    recorded = meta.get("config", {})
+    kind = {"siglip": SigLIP, "clip": CLIP}.get(recorded.get("objective"))
+    if kind is None:
+        return None
+    cfg = model_config_from_meta(meta)
+    objective = kind.from_config(ml_collections.ConfigDict(recorded), cfg)
+    # LiT: the locked tower is the run's extra state, restored by its shapes (init_extra would read the original file).
+    locked = {"extra": {"img": objective.image_model.shapes}} if objective.s.lock_image else {}
+    _, state = load_state_from_run(path, {"params": objective.model.shapes, **locked})
+    params = {**state["params"], **({"img": state["extra"]["img"]} if locked else {})}
+    return siglip_formats.ImageTextSpec(cfg, objective.text_cfg, objective.s.embed_dim), params

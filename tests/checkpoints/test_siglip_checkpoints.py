@@ -1,0 +1,83 @@
+"""big_vision's SigLIP .npz layout (checkpoints/siglip_formats.py): both towers written under big_vision's names and
+read back as the same architecture and arrays (tests/train/test_image_text_training.py converts a run and compares
+its embeddings); its `params/` prefix and scanned text blocks; `load_any` reads the image tower; what the layout
+cannot hold is refused on export."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from vit_jax.checkpoints import formats
+from vit_jax.checkpoints.loading import load_any
+from vit_jax.checkpoints.siglip_formats import (FAMILY, ImageTextSpec, export, load_siglip_npz, save_siglip_npz,
+                                                to_siglip_layout)
+from vit_jax.models.config import vit_config
+from vit_jax.models.text import TextConfig
+
+IMAGE = vit_config(None, num_classes=0, image_size=16, patch_size=4, width=32, depth=2, mlp_dim=64, num_heads=2,
+                   pool="map", posemb="learn")
+TEXT = TextConfig(vocab_size=50, max_len=8, width=32, depth=2, num_heads=2, mlp_dim=64)
+
+
+def random_params(spec, seed=0):
+    """Random values in every parameter (t and b too), so that a swapped or misplaced array shows."""
+    rng = np.random.RandomState(seed)
+    return jax.tree.map(lambda s: (0.3 * rng.standard_normal(s.shape)).astype(np.float32), spec.shapes())
+
+
+@pytest.mark.parametrize("text_pool", ["last", "map"])
+def test_two_towers_round_trip_through_big_visions_names(tmp_path, text_pool):
+    spec = ImageTextSpec(IMAGE, dataclasses.replace(TEXT, pool=text_pool), 16)
+    params = random_params(spec)
+    path = str(tmp_path / "siglip.npz")
+    save_siglip_npz(path, params, spec)
+    names = set(np.load(path).files)
+    assert {"t", "b", "img/embedding/kernel", "img/pos_embedding", "img/MAPHead_0/probe", "img/head/kernel",
+            "img/Transformer/encoderblock_1/MlpBlock_0/Dense_0/kernel", "txt/Embed_0/embedding", "txt/pos_embedding",
+            "txt/Encoder_0/encoderblock_1/MultiHeadDotProductAttention_0/query/kernel",
+            "txt/Encoder_0/encoderblock_0/LayerNorm_1/scale", "txt/Encoder_0/encoder_norm/bias",
+            "txt/head/kernel"} <= names
+    assert ("txt/MAPHead_0/probe" in names) == (text_pool == "map")
+    assert not any(n.startswith(("img_proj", "txt/block_", "txt/embedding")) for n in names)  # no name of ours
+    loaded_spec, loaded = load_siglip_npz(path)
+    assert loaded_spec == spec
+    jax.tree.map(np.testing.assert_array_equal, loaded, params)
+
+
+def test_params_prefix_and_scanned_text_blocks(tmp_path):
+    """big_vision's own files: everything under `params/` (optimizer state beside it), and a scanned text encoder
+    (`encoderblock/...` with a leading layer axis)."""
+    spec = ImageTextSpec(IMAGE, TEXT, 16)
+    params = random_params(spec, seed=3)
+    flat = to_siglip_layout(params, spec)
+    scanned = {k: v for k, v in flat.items() if not k.startswith("txt/Encoder_0/encoderblock_")}
+    for k in [k for k in flat if k.startswith("txt/Encoder_0/encoderblock_0/")]:
+        rest = k[len("txt/Encoder_0/encoderblock_0/"):]
+        scanned[f"txt/Encoder_0/encoderblock/{rest}"] = np.stack(
+            [flat[f"txt/Encoder_0/encoderblock_{i}/{rest}"] for i in range(TEXT.depth)])
+    path = tmp_path / "bv.npz"
+    np.savez(path, **{f"params/{k}": v for k, v in scanned.items()}, **{"opt/state/step": np.zeros(())})
+    assert formats.reader_for(str(path)).family == FAMILY  # asked before the ViT reader, which would take img/
+    loaded_spec, loaded = load_siglip_npz(str(path))
+    assert loaded_spec == spec
+    jax.tree.map(np.testing.assert_array_equal, loaded, params)
+    cfg, img = load_any(str(path))  # the image tower alone: what LiT locks or a fine-tuning run starts from
+    assert cfg == IMAGE
+    jax.tree.map(np.testing.assert_array_equal, img, params["img"])
+
+
+def test_export_refuses_what_the_layout_cannot_hold_and_notes_the_gelu(tmp_path):
+    dst = str(tmp_path / "x.npz")
+    clip_text = dataclasses.replace(TEXT, causal=True, pool="eos")
+    clip = ImageTextSpec(IMAGE, clip_text, 16)
+    with pytest.raises(formats.ExportError, match="causal / pooled at the end-of-text token"):
+        export(clip, random_params(clip), dst, formats.ExportRequest(to="siglip"))
+    spec = ImageTextSpec(IMAGE, TEXT, 16)
+    with pytest.raises(formats.ExportError, match="writes the two towers as they are"):
+        export(spec, random_params(spec), dst, formats.ExportRequest(to="siglip", num_classes=10))
+    erf = ImageTextSpec(IMAGE.replace(gelu="erf"), TEXT, 16)
+    _, notes, layout = export(erf, random_params(erf), dst, formats.ExportRequest(to="siglip"))
+    assert layout == "big_vision SigLIP layout" and "image tower used the exact (erf) GELU" in notes[0]
+    assert load_siglip_npz(dst)[0].image.gelu == "tanh"  # what big_vision computes
