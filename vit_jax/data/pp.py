@@ -49,7 +49,7 @@ def register(name: str) -> Callable[[Callable[..., Op]], Callable[..., Op]]:
 # big_vision's `pp_modules` does, so the registry never imports the ops that import it, and a config adds its own
 # modules with `data.pp_modules` (dotted names on the Python path) without editing the package.
 BUILTIN_MODULES = ("vit_jax.data.image_ops", "vit_jax.data.label_ops", "vit_jax.data.randaug",
-                   "vit_jax.data.video_ops", "vit_jax.data.erasing")
+                   "vit_jax.data.video_ops", "vit_jax.data.erasing", "vit_jax.data.three_augment")
 
 
 class UnknownOpModule(UserError, ValueError):
