@@ -152,3 +152,33 @@ def test_the_run_converts_to_big_visions_siglip_npz_with_the_same_embeddings(run
 
     for a, b in zip(want, got(loaded)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5)
+
+
+def test_predict_writes_embeddings_and_zero_shot_logits_of_the_run_and_of_its_npz(run, tmp_path):
+    """`vit-jax predict` of the run: image embeddings, and with --texts (the run's tokenizer) text embeddings and
+    the logits exp(t) img.txt + b, all equal to the objective's own; of the converted .npz: the same image
+    embeddings."""
+    from vit_jax.commands import convert, predict
+
+    workdir, _, c, trainer = run
+    rng = np.random.RandomState(1)
+    images = rng.uniform(-1, 1, (5, 16, 16, 3)).astype(np.float32)
+    np.save(tmp_path / "images.npy", images)
+    texts = ["a photo of the digit seven.", "a drawing of a 3.", "nought"]
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n\n")
+    out = str(tmp_path / "emb.npy")
+    assert predict.main(["--checkpoint", str(workdir), "--images", str(tmp_path / "images.npy"), "--output", out,
+                         "--texts", str(tmp_path / "texts.txt"), "--batch-size", "4"]) == 0
+    tokens = text_ops.load_tokenizer(c.siglip.tokenizer, c.siglip.pad_id)(texts, c.siglip.text_max_len)
+    state = jax.device_get({"params": trainer.state["params"], "extra": trainer.state["extra"]})
+    embed = jax.jit(trainer.program.objective.embed)
+    zimg, _, t, b = embed(state["params"], state["extra"], images, np.repeat(tokens[:1], len(images), 0))
+    _, ztxt, _, _ = embed(state["params"], state["extra"], images[:len(texts)], tokens)
+    np.testing.assert_allclose(np.load(out), zimg, atol=1e-5)
+    np.testing.assert_allclose(np.load(tmp_path / "emb_texts.npy"), ztxt, atol=1e-5)
+    np.testing.assert_allclose(np.load(tmp_path / "emb_logits.npy"), t * np.asarray(zimg) @ np.asarray(ztxt).T + b,
+                               atol=1e-4)
+    npz, out2 = str(tmp_path / "siglip.npz"), str(tmp_path / "emb2.npy")
+    assert convert.main(["--checkpoint", str(workdir), "--output", npz, "--to", "siglip"]) == 0
+    assert predict.main(["--checkpoint", npz, "--images", str(tmp_path / "images.npy"), "--output", out2]) == 0
+    np.testing.assert_allclose(np.load(out2), zimg, atol=1e-5)

@@ -11,6 +11,9 @@ the skipped files with their reasons.
 `samvit_base_patch16` .safetensors) `dense`, the model's feature map (the neck's output when it has one), or
 `tokens`, the (N, gh, gw, D) patch-token map before the neck; both NHWC. A dense backbone writes `dense` by default.
 
+A two-tower (image-text) checkpoint (a siglip/clip run, or a big_vision SigLIP .npz) writes image embeddings, and
+with --texts FILE text embeddings and zero-shot logits (commands/predict_image_text.py).
+
 --image-size is for checkpoints that do not record their resolution (fixed sin-cos posemb, non-square patch grid);
 with an array of images it defaults to the images' own height and width.
 """
@@ -44,9 +47,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--image-size", type=parse_size,
                     help="model resolution, e.g. 224 or 384x512, for checkpoints that do not record it (default for "
                          ".npy/.npz images: their own size)")
+    ap.add_argument("--texts", help="two-tower checkpoints: a file of texts, one per line, to embed and score against "
+                    "each image (zero-shot logits)")
+    ap.add_argument("--tokenizer", help="two-tower checkpoints: the text tower's SentencePiece .model (default: the "
+                    "run's)")
     args = ap.parse_args(argv)
 
     images = None if os.path.isdir(args.images) else np.asarray(read_image_array(args.images), np.float32)
+    from vit_jax.train.objectives.image_text import load_image_text
+
+    two_towers = load_image_text(args.checkpoint)  # image-text: embeddings, not logits (commands/predict_image_text.py)
+    if two_towers is not None:
+        from vit_jax.commands.predict_image_text import predict_image_text
+
+        return predict_image_text(args, *two_towers, images)
+    if args.texts or args.tokenizer:
+        ap.error("--texts and --tokenizer are for two-tower (image-text) checkpoints")
     size = args.image_size
     if size is None and images is not None and images.ndim == 4:
         size = tuple(images.shape[1:3])  # a mismatch with a recorded size is reported below, as before
