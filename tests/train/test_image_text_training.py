@@ -52,13 +52,13 @@ def clip_config(data_dir, **overrides):
 
 @pytest.fixture(scope="module")
 def tower(tmp_path_factory):
-    """A random image tower written as a timm state dict: what LiT locks."""
-    cfg = vit_config(None, num_classes=0, image_size=16, patch_size=4, width=32, depth=1, mlp_dim=64, num_heads=2,
+    """A random classifier written as a timm state dict: LiT locks its tower, its classification head dropped."""
+    cfg = vit_config(None, num_classes=10, image_size=16, patch_size=4, width=32, depth=1, mlp_dim=64, num_heads=2,
                      pool="token", posemb="learn")
     written = jax.tree.map(np.asarray, build_model(cfg).init(jax.random.key(3)))
     path = tmp_path_factory.mktemp("tower") / "tower.safetensors"
     save_timm(str(path), written, cfg)
-    return path, written
+    return path, {k: v for k, v in written.items() if k != "head"}
 
 
 @pytest.fixture(scope="module")

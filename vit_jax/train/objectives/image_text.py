@@ -155,11 +155,13 @@ class SigLIP(Objective):
         from vit_jax.checkpoints.loading import load_any
 
         _, params = load_any(self.s.lock_image)
+        # The tower is the representation: a classifier checkpoint's own head (official, timm) is not part of it.
+        params = {k: v for k, v in params.items() if k != "head"}
         want = jax.tree.map(lambda a: tuple(a.shape), self.image_model.shapes)
         got = jax.tree.map(lambda a: tuple(np.shape(a)), params)
         if want != got:
             raise UserError(f"the locked image tower {self.s.lock_image} does not have the shapes model.* describes: "
-                            "set model.* to that checkpoint's architecture (its head removed: num_classes=0)")
+                            "set model.* to that checkpoint's architecture (its classification head is dropped)")
         return {"img": jax.tree.map(lambda a: jnp.asarray(a, jnp.dtype(self.model.cfg.param_dtype)), params)}
 
     def extra_logical_axes(self):
