@@ -54,3 +54,27 @@ def test_config_errors():
     c.loss.bce_target_threshold = 1.5
     with pytest.raises(ConfigError, match=r"threshold in \(0, 1\)"):
         validate(c)
+
+
+def test_distillations_label_term_too_and_other_objectives_refuse():
+    from vit_jax.train.objectives.distillation import DistillConfig, Distillation
+
+    student = vit_config(None, num_classes=10, image_size=8, patch_size=4, width=16, depth=1, mlp_dim=32, num_heads=2)
+    teacher = build_model(student).init(jax.random.key(5))
+    params = build_model(student).init(jax.random.key(0))
+    params["head"]["kernel"] = jax.random.normal(jax.random.key(3), params["head"]["kernel"].shape)
+    batch = {"image": jax.random.normal(jax.random.key(1), (4, 8, 8, 3)), "labels": jax.nn.one_hot(jnp.arange(4), 10),
+             "label": jnp.arange(4)}
+
+    def loss(**kw):
+        obj = Distillation(student, DistillConfig(teacher="t", alpha=0.5), student, teacher, "sigmoid_xent", **kw)
+        extra = obj.init_extra(None)
+        return float(jax.jit(obj.loss)(params, obj.inputs(batch, None), jax.random.key(2), extra))
+
+    assert loss(label_smoothing=0.1, bce_target_threshold=0.2) == pytest.approx(loss(), rel=1e-6)
+    assert loss(label_smoothing=0.1) != pytest.approx(loss(), rel=1e-4)
+    c = default_config()
+    c.total_steps, c.objective, c.loss.kind, c.loss.bce_target_threshold = 1, "mae", "sigmoid_xent", 0.2
+    c.eval.evaluators = ("reconstruction",)
+    with pytest.raises(ConfigError, match="has no label loss it binarises"):
+        validate(c)

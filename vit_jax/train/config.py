@@ -241,6 +241,9 @@ def _check_objective(config: ml_collections.ConfigDict) -> None:
                                              or not 0.0 < config.loss.bce_target_threshold < 1.0):
         raise ConfigError(f"loss.bce_target_threshold={config.loss.bce_target_threshold}: binary targets are for "
                           "loss.kind='sigmoid_xent', with a threshold in (0, 1), e.g. 0.2")
+    if config.loss.bce_target_threshold and config.objective not in ("classification", "distillation"):
+        raise ConfigError(f"loss.bce_target_threshold: objective '{config.objective}' has no label loss it binarises "
+                          "(classification and distillation do)")
     if not 0.0 <= config.loss.cutmix_switch_prob <= 1.0:
         raise ConfigError(f"loss.cutmix_switch_prob={config.loss.cutmix_switch_prob}: give a probability in [0, 1]")
     if not objective.uses_labels and (config.loss.mixup_alpha or config.loss.cutmix_alpha

@@ -36,7 +36,7 @@ from vit_jax.errors import ConfigError
 from vit_jax.eval.steps import make_eval_step
 from vit_jax.models.build import build_model, describe, model_flops
 from vit_jax.models.flops import Flops
-from vit_jax.models.losses import LOSSES, smooth_labels
+from vit_jax.models.losses import LOSSES, smooth_labels, threshold_targets
 from vit_jax.train.objectives.base import EvalReport, Objective, needs_rng
 from vit_jax.train.objectives.registry import register
 
@@ -89,7 +89,7 @@ class Distillation(Objective):
 
     def __init__(self, model_cfg: Any, distill: DistillConfig, teacher_cfg: Any, teacher_params: dict,
                  loss_kind: str = "softmax_xent", label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
-                 cutmix_alpha: float = 0.0, cutmix_switch_prob: float = 0.5):
+                 cutmix_alpha: float = 0.0, cutmix_switch_prob: float = 0.5, bce_target_threshold: float = 0.0):
         if getattr(teacher_cfg, "num_classes", 0) != model_cfg.num_classes:
             raise ConfigError(f"distill.teacher predicts {getattr(teacher_cfg, 'num_classes', 0)} classes, the "
                               f"student {model_cfg.num_classes} (the dataset's): distil from a teacher with the "
@@ -97,6 +97,7 @@ class Distillation(Objective):
         self.distill, self.loss_kind = distill, loss_kind
         self.label_smoothing, self.mixup_alpha = label_smoothing, mixup_alpha
         self.cutmix_alpha, self.cutmix_switch_prob = cutmix_alpha, cutmix_switch_prob
+        self.bce_target_threshold = bce_target_threshold
         self.model = build_model(model_cfg)
         self.teacher = build_model(teacher_cfg)
         self.teacher_params = teacher_params
@@ -114,7 +115,7 @@ class Distillation(Objective):
         teacher_cfg, params = load_any(distill.teacher, fallback_image_size=(size, size) if size else None)
         loss = config.loss
         return cls(model_cfg, distill, teacher_cfg, params, loss.kind, loss.label_smoothing, loss.mixup_alpha,
-                   loss.cutmix_alpha, loss.cutmix_switch_prob)
+                   loss.cutmix_alpha, loss.cutmix_switch_prob, loss.bce_target_threshold)
 
     @classmethod
     def check(cls, config):
@@ -171,7 +172,8 @@ class Distillation(Objective):
             dist = soft_distillation(dist_logits, teacher, d.temperature)
         if d.alpha == 1.0:
             return dist
-        return (1.0 - d.alpha) * LOSSES[self.loss_kind](cls_logits, batch["labels"]) + d.alpha * dist
+        labels = threshold_targets(batch["labels"], self.bce_target_threshold)  # DeiT III's BCE targets, if set
+        return (1.0 - d.alpha) * LOSSES[self.loss_kind](cls_logits, labels) + d.alpha * dist
 
     # --- evaluation ---------------------------------------------------------------------------------------------------
     def eval_step(self):
