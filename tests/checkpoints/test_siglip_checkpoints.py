@@ -81,3 +81,17 @@ def test_export_refuses_what_the_layout_cannot_hold_and_notes_the_gelu(tmp_path)
     _, notes, layout = export(erf, random_params(erf), dst, formats.ExportRequest(to="siglip"))
     assert layout == "big_vision SigLIP layout" and "image tower used the exact (erf) GELU" in notes[0]
     assert load_siglip_npz(dst)[0].image.gelu == "tanh"  # what big_vision computes
+
+
+def test_an_image_tower_without_a_head_reads_as_the_identity_projection(tmp_path):
+    """big_vision's image tower with no output dimension (its MAP output is the embedding): no `img/head`."""
+    spec = ImageTextSpec(IMAGE, TEXT, IMAGE.width)
+    flat = to_siglip_layout(random_params(spec, seed=5), spec)
+    del flat["img/head/kernel"], flat["img/head/bias"]
+    path = tmp_path / "headless.npz"
+    np.savez(path, **flat)
+    loaded_spec, loaded = load_siglip_npz(str(path))
+    assert loaded_spec == spec
+    np.testing.assert_array_equal(loaded["img_proj"]["kernel"], np.eye(IMAGE.width))
+    np.testing.assert_array_equal(loaded["img_proj"]["bias"], np.zeros(IMAGE.width))
+

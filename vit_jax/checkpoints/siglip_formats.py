@@ -2,7 +2,8 @@
 
 The layout (big_vision `models/proj/image_text/two_towers.py`, optionally under `params/`):
 - `img/...`: the image ViT in big_vision's ViT layout (checkpoints/layouts.py), its `img/head` the projection to the
-  shared embedding (ours: `img_proj`);
+  shared embedding (ours: `img_proj`; a file without one, big_vision's `out_dim=None` image tower, reads as the
+  identity, and is written back with it);
 - `txt/Embed_0/embedding` (V, D), `txt/pos_embedding` (1, L, D), `txt/Encoder_0/encoderblock_{i}/...` (the ViT block
   names; `encoderblock/...` with a leading layer axis when scanned), `txt/Encoder_0/encoder_norm`, `txt/MAPHead_0`
   (MAP pooling only), `txt/head` (the text projection);
@@ -133,9 +134,13 @@ def from_siglip_layout(flat: dict[str, np.ndarray], **infer_kw: Any) -> tuple[Im
     """big_vision's flat names (no `params/` prefix) -> (the architecture, our nested parameters)."""
     img = {k[len("img/"):]: v for k, v in flat.items() if k.startswith("img/")}
     txt = _unstack_scanned({k[len("txt/"):]: v for k, v in flat.items() if k.startswith("txt/")})
-    if "head/kernel" not in img or "t" not in flat or "b" not in flat:
-        raise CheckpointMismatchError("not a two-tower checkpoint: it needs img/head (the image projection), t and b")
-    proj = {"kernel": img.pop("head/kernel"), "bias": img.pop("head/bias")}
+    if "t" not in flat or "b" not in flat:
+        raise CheckpointMismatchError("not a two-tower checkpoint: it has no t (temperature) and b (bias)")
+    if "head/kernel" in img:
+        proj = {"kernel": img.pop("head/kernel"), "bias": img.pop("head/bias")}
+    else:  # big_vision's image tower without an output dimension (out_dim None): its representation is the embedding
+        width = img["embedding/kernel"].shape[-1]
+        proj = {"kernel": np.eye(width, dtype=img["embedding/kernel"].dtype), "bias": np.zeros(width, np.float32)}
     image = infer_config(img, **infer_kw)  # headless: the projection is ours `img_proj`
     text, embed_dim = infer_text_config(txt)
     ours = {f"img/{k}": v for k, v in from_layout(img, image).items()}
