@@ -128,3 +128,15 @@ def test_a_loop_without_a_readable_counter_is_reported_not_guessed():
     text = MODULE.replace("ROOT %lt = pred[] compare(%i.1, %n), direction=LT", "ROOT %lt = pred[] custom-call(%i.1)")
     out = hlo.analyze(text, MESH)
     assert out["unknown_loops"] == ["main/loop"] and out["flops"] == 2 * 8 * 16 * 16
+
+
+def test_a_custom_call_with_multi_line_attributes_does_not_end_its_computation():
+    """A Pallas kernel's custom call (splash attention on TPU) carries its metadata over several lines, one of them
+    starting with '}}': the loop body around it keeps its root, so the loop's trip count is still read."""
+    kernel = ('  %k = f32[8,16]{1,0} custom-call(%x.1), custom_call_target="tpu_custom_call", '
+              'frontend_attributes={kernel_metadata={\n"xprof_metadata":"{\\"block_q\\": 128}"\n}}, metadata={}\n')
+    module = hlo.parse_module(MODULE.replace("  ROOT %t = (s32[], f32[8,16]{1,0}) tuple(%next, %y.1)",
+                                             kernel + "  ROOT %t = (s32[], f32[8,16]{1,0}) tuple(%next, %k)"))
+    body = module["body"]
+    assert body.root.opcode == "tuple" and [i.name for i in body.instructions][-2:] == ["k", "t"]
+    assert "cond" in module  # the computations after it are still found

@@ -139,7 +139,7 @@ def parse_module(text: str) -> dict[str, Computation]:
             if m and line.rstrip().endswith("{") and not line.startswith("HloModule"):
                 current, body = (m.group(2), bool(m.group(1))), []
             continue
-        if line.startswith("}"):
+        if line.rstrip() == "}":  # not "}}, metadata=...": the tail of a custom call's multi-line attributes
             comps[current[0]] = Computation(current[0], body, entry=current[1])
             current = None
         elif (inst := parse_instruction(line)) is not None:
