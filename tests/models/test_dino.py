@@ -173,3 +173,34 @@ def test_dino_settings_mistakes_are_one_line_errors():
     cfg = vit_config(None, width=16, depth=1, mlp_dim=32, num_heads=2, patch_size=8, image_size=16, num_classes=0)
     with pytest.raises(ConfigError, match="not a multiple of the patch size"):
         Dino(cfg.replace(pool="token"), DinoConfig(local_crop_size=12))
+
+
+def test_micro_batches_pass_the_centres_their_averaged_batch_means(tiny):
+    """The seam's loss aux under micro-batching (train/step.py): the centre moves by the mean teacher logits of the
+    whole batch, however many micro-batches compute it (equal-sized ones: the mean of their means)."""
+    import optax
+
+    from vit_jax.train.step import init_state, make_train_step
+
+    # Crops and flips only, no local crops or iBOT: the smallest step to compile (the rest is tested above).
+    tiny = Dino(tiny.model.cfg, DinoConfig(head_hidden=16, head_bottleneck=8, prototypes=10, local_crops=0,
+                                           augment=False, ibot_weight=0.0))
+    tiny.total_steps = 10
+    params = jax.jit(tiny.model.init)(jax.random.key(0))
+    tx = optax.sgd(0.0)  # the student stays put: the teacher and the centre's batch are the initial model's
+    state = init_state(params, tx, jax.random.key_data(jax.random.key(1)))
+    state["extra"] = tiny.init_extra(jax.random.key(2), params)
+    batch = {"image": jax.random.uniform(jax.random.key(3), (8, 16, 16, 3), minval=-1, maxval=1)}
+    step = jax.jit(make_train_step(tiny, tx, lambda s: 0.0, micro_batches=2))
+    new_state, metrics = step(state, batch)
+
+    @jax.jit
+    def batch_mean(state, batch):  # the teacher's (= the initial student's) mean logits over the step's crops
+        key = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), 0)
+        teacher = tiny.model.bind(state["params"])
+        cls, _ = teacher.encode(tiny.inputs(batch, key)["global"].reshape(16, 16, 16, 3))
+        return teacher.heads(cls)[0].mean(0)
+
+    want = 0.1 * np.asarray(batch_mean(state, batch))  # 0.9 * centre 0 + 0.1 * the batch mean
+    np.testing.assert_allclose(new_state["extra"]["center"], want, rtol=1e-4, atol=1e-6)
+    assert bool(metrics["finite"]) and int(new_state["extra"]["step"]) == 1

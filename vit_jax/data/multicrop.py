@@ -37,6 +37,7 @@ class CropSpec:
     blur: float
     solarize: float
     augment: bool = True  # False: crop and flip only
+    flip: bool = True  # random horizontal flips
 
 
 def random_resized_crop(image: jax.Array, key: jax.Array, size: int, scale: tuple[float, float],
@@ -111,7 +112,8 @@ def augment_crop(image: jax.Array, key: jax.Array, spec: CropSpec) -> jax.Array:
     # flip, jitter?, grayscale?, blur?, blur sigma, solarise?: one draw (each random call costs compile time)
     coin = jax.random.uniform(k_coins, (6,))
     x = random_resized_crop(image, k_crop, spec.size, spec.scale)
-    x = jnp.where(coin[0] < 0.5, x[:, ::-1], x)
+    if spec.flip:
+        x = jnp.where(coin[0] < 0.5, x[:, ::-1], x)
     if not spec.augment:
         return x
     u = (x + 1.0) / 2.0

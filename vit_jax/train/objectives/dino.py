@@ -56,6 +56,7 @@ class DinoConfig:
     teacher_temp: float = 0.07
     teacher_temp_start: float = 0.04
     teacher_temp_warmup: float = 0.3  # fraction of the run (DINOv2: 30 of 100 epochs)
+    freeze_prototypes: float = 0.0  # fraction of the run the prototypes stay fixed (DINO: 1 of 100 epochs)
     momentum_start: float = 0.992  # 0.994 for g
     momentum_end: float = 1.0
     centering: str = "centering"  # centering | sinkhorn_knopp
@@ -68,6 +69,7 @@ class DinoConfig:
     local_scale_min: float = 0.05
     local_scale_max: float = 0.32
     augment: bool = True  # colour jitter, grayscale, blur, solarisation (False: crops and flips only)
+    flip: bool = True  # random horizontal flips (False for images that are not mirror-symmetric: digits)
     dino_weight: float = 1.0
     ibot_weight: float = 1.0
     koleo_weight: float = 0.1
@@ -81,7 +83,7 @@ class DinoConfig:
         DinoHeadConfig(self.head_hidden, self.head_bottleneck, self.prototypes, self.head_layers)
         if min(self.student_temp, self.teacher_temp, self.teacher_temp_start) <= 0:
             raise ConfigError("dino.student_temp, teacher_temp and teacher_temp_start must be > 0")
-        for name in ("teacher_temp_warmup", "center_momentum", "ibot_mask_probability"):
+        for name in ("teacher_temp_warmup", "center_momentum", "ibot_mask_probability", "freeze_prototypes"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"dino.{name}={getattr(self, name)}: give a fraction in [0, 1]")
         if not 0.0 <= self.momentum_start <= self.momentum_end <= 1.0:
@@ -136,11 +138,11 @@ class Dino(Objective):
         if dino.local_crops and dino.local_crop_size % model_cfg.patch_size[0]:
             raise ConfigError(f"dino.local_crop_size={dino.local_crop_size} is not a multiple of the patch size "
                               f"{model_cfg.patch_size[0]}")
-        aug = dino.augment
+        aug, flip = dino.augment, dino.flip
         g = (dino.global_scale_min, dino.global_scale_max)
-        self.specs = (CropSpec(size, g, 1.0, 0.0, aug), CropSpec(size, g, 0.1, 0.2, aug),
-                      *[CropSpec(dino.local_crop_size, (dino.local_scale_min, dino.local_scale_max), 0.5, 0.0, aug)]
-                      * dino.local_crops)
+        self.specs = (CropSpec(size, g, 1.0, 0.0, aug, flip), CropSpec(size, g, 0.1, 0.2, aug, flip),
+                      *[CropSpec(dino.local_crop_size, (dino.local_scale_min, dino.local_scale_max), 0.5, 0.0, aug,
+                                 flip)] * dino.local_crops)
         self.grid = model_cfg.grid
         self.flops = self._flops(model_cfg)
 
@@ -245,6 +247,12 @@ class Dino(Objective):
                 + d.koleo_weight * terms["koleo"])
 
     def loss(self, params, inputs, key, extra=None):
+        if self.d.freeze_prototypes:  # DINO's freeze_last_layer: no gradient reaches the prototypes early on
+            frozen = extra["step"] < int(round(self.d.freeze_prototypes * self.total_steps))
+            heads = {name: {**params[name], "prototypes": jnp.where(
+                frozen, jax.lax.stop_gradient(params[name]["prototypes"]), params[name]["prototypes"])}
+                for name in ("dino_head", "ibot_head") if params.get(name) is not None}
+            params = {**params, **heads}
         terms, aux = self.terms(params, inputs, key, extra)
         return jnp.mean(self.total(terms)), aux
 
