@@ -1,0 +1,69 @@
+"""V-JEPA: multi-block masks (ratios, static counts, the same positions in every time step), the EMA target encoder
+(exact update, no gradient), the loss's gradients, and its encoder fine-tuning as a video classifier."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax.checkpoints.surgery import adapt_params
+from vit_jax.models.build import build_model
+from vit_jax.models.video_config import video_config
+from vit_jax.models.vjepa import VJEPAConfig, block_union, mask_order
+from vit_jax.train.objectives.vjepa import ENCODER, VJEPA
+
+
+@pytest.fixture(scope="module")
+def objective():
+    cfg = video_config("ViViT-B/8x2", width=32, depth=1, mlp_dim=64, num_heads=2, num_frames=4, image_size=32,
+                       num_classes=0, pool="gap")
+    o = VJEPA(cfg, VJEPAConfig(predictor_width=16, predictor_depth=1, predictor_heads=2))
+    o.total_steps = 100
+    params = o.model.init(jax.random.key(0))
+    return o, params
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_masks_cover_the_blocks_expected_share_in_every_time_step(which):
+    spec = VJEPAConfig().masks()[which]  # the paper's: 8 blocks of 15% / 2 blocks of 70%, on ViT-L/16's 14x14 grid
+    grid = (8, 14, 14)
+    unions = jax.jit(jax.vmap(lambda k: block_union(k, spec, grid[1:])))(jax.random.split(jax.random.key(0), 200))
+    k = spec.num_masked(grid[1:])
+    assert abs(float(unions.mean()) - k / 196) < 0.03  # the fixed count is the blocks' expected coverage
+    order = np.asarray(jax.jit(lambda k: mask_order(k, spec, grid))(jax.random.key(1)))
+    assert sorted(order) == list(range(8 * 196))  # every token once: context first, then the targets
+    targets = order[8 * (196 - k):].reshape(-1)
+    per_step = [set(t % 196 for t in targets if t // 196 == s) for s in range(8)]
+    assert all(len(p) == k and p == per_step[0] for p in per_step)  # blocks span the whole clip
+    union = set(np.flatnonzero(np.asarray(block_union(jax.random.split(jax.random.key(1))[0], spec, grid[1:]))))
+    assert union <= per_step[0] or per_step[0] <= union  # the union first, then trimmed or topped up at random
+
+
+def test_the_target_encoder_is_an_exact_ema_of_the_encoder_without_gradient(objective):
+    o, params = objective
+    extra = o.init_extra(jax.random.key(0), params)
+    assert set(extra) == set(ENCODER) and "predictor" not in extra
+    moved = jax.tree.map(lambda p: p + 1.0, params)
+    updated = jax.jit(o.update_extra)(extra, moved, jnp.asarray(25))
+    m = 0.998 + (1.0 - 0.998) * 25 / 100
+    for key in ENCODER:
+        for new, old, p in zip(jax.tree.leaves(updated[key]), jax.tree.leaves(extra[key]),
+                               jax.tree.leaves(moved[key])):
+            np.testing.assert_allclose(new, m * old + (1 - m) * p, rtol=1e-6, atol=1e-7)
+    batch = o.synthetic_batch(jax.random.key(1), 2)
+    inputs = jax.jit(o.inputs)(batch, jax.random.key(2))
+    g_params, g_extra = jax.jit(jax.grad(o.loss, argnums=(0, 3)))(params, inputs, jax.random.key(3), extra)
+    assert all(not np.asarray(g).any() for g in jax.tree.leaves(g_extra))  # the target gets no gradient
+    assert np.asarray(g_params["predictor"]["mask_tokens"]).any() and \
+        np.asarray(g_params["encoder"]["blocks"]["mlp"]["fc1"]["kernel"]).any()
+
+
+def test_the_pretrained_encoder_fine_tunes_as_a_video_classifier(objective):
+    o, params = objective
+    cfg = o.model.cfg.replace(num_classes=5)
+    classifier = build_model(cfg)
+    # init.reinit=("head", "predictor") when fine-tuning: the predictor is dropped, the head is new.
+    tuned, notes = adapt_params(params, o.model.cfg, classifier.init(jax.random.key(1)), cfg,
+                                reinit=("head", "predictor"))
+    assert np.array_equal(tuned["embedding"]["kernel"], params["embedding"]["kernel"])
+    assert "predictor" not in tuned and tuned["head"]["kernel"].shape == (32, 5)

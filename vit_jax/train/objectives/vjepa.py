@@ -1,0 +1,121 @@
+"""`vjepa`: V-JEPA pretraining without labels (models/vjepa.py; settings `vjepa.*`, defaults the paper's ViT-L
+recipe). The extra state is the target encoder: a copy of the encoder at step 0 (`extra_from_params`), then an EMA of
+it with a momentum rising linearly from ema_start to ema_end over the run. The loss is the mean absolute error
+between the predictor's output and the target encoder's layer-normalised features at the masked tokens, averaged
+over the two mask types (short- and long-range blocks). Its evaluator reports that loss on the eval split with masks
+fixed across evaluations."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from vit_jax.models.flops import Flops, _block_flops
+from vit_jax.models.video_family import video_flops
+from vit_jax.models.vit import FunctionalViT
+from vit_jax.models.vjepa import MASK_STREAM, VJEPAConfig, VJEPAViT, check_encoder, mask_orders
+from vit_jax.train.objectives.base import EvalReport, Objective, needs_rng
+from vit_jax.train.objectives.registry import register
+
+EVAL_MASK_KEY = 0
+ENCODER = ("embedding", "pos_embedding", "encoder")  # the parameters the target encoder mirrors
+
+
+@register
+class VJEPA(Objective):
+    name = "vjepa"
+    evaluator = "vjepa"
+    settings, settings_type = "vjepa", VJEPAConfig
+    uses_labels = False
+    pretraining = True
+    extra_from_params = True
+
+    def __init__(self, model_cfg, vjepa: VJEPAConfig):
+        check_encoder(model_cfg)
+        self.vjepa = vjepa
+        self.model = FunctionalViT(model_cfg, functools.partial(VJEPAViT, vjepa=vjepa))
+        self.specs = vjepa.masks()
+        nt, gh, gw = model_cfg.grid
+        self.num_context = [nt * (gh * gw - spec.num_masked((gh, gw))) for spec in self.specs]
+        self.needs_rng = needs_rng(model_cfg)
+        self.flops = self._flops(model_cfg)
+
+    @classmethod
+    def from_config(cls, config, model_cfg):
+        return cls(model_cfg, cls.settings_of(config))
+
+    def _flops(self, cfg) -> Flops:
+        """Per clip: the target encoder on every token (no backward: frozen), and per mask type the context encoder
+        on its context tokens and the predictor on all tokens (matrix products only)."""
+        full = video_flops(cfg).forward
+        n, d, pw = cfg.num_tubelets, cfg.width, self.vjepa.predictor_width
+        parts = {}
+        for i, k in enumerate(self.num_context):
+            parts[f"context_encoder{i}"] = cfg.depth * _block_flops(k, d, cfg.mlp_dim) + \
+                2.0 * n * cfg.tubelet * cfg.patch_size[0] * cfg.patch_size[1] * 3 * d
+            parts[f"predictor{i}"] = self.vjepa.predictor_depth * _block_flops(n, pw, 4 * pw) + 2.0 * 2 * n * d * pw
+        return Flops(forward=sum(parts.values()), breakdown={**parts, "target_encoder": full}, frozen_forward=full)
+
+    # --- extra state: the target encoder --------------------------------------------------------------------------
+    def init_extra(self, key, params=None):
+        return {k: params[k] for k in ENCODER}
+
+    def extra_logical_axes(self):
+        return {k: self.model.logical_axes[k] for k in ENCODER}
+
+    def momentum(self, step):
+        frac = jnp.clip(step / max(self.total_steps, 1), 0.0, 1.0)
+        return self.vjepa.ema_start + (self.vjepa.ema_end - self.vjepa.ema_start) * frac
+
+    def update_extra(self, extra, params, step):
+        m = self.momentum(step)
+        return jax.tree.map(lambda t, p: m * t + (1.0 - m) * p.astype(t.dtype), extra,
+                            {k: params[k] for k in ENCODER})
+
+    # --- the loss ------------------------------------------------------------------------------------------------
+    def orders(self, key, batch_size):
+        rows = jnp.arange(batch_size)
+        base = jax.random.fold_in(key, MASK_STREAM)
+        return [mask_orders(jax.random.fold_in(base, i), rows, spec, self.model.cfg.grid)
+                for i, spec in enumerate(self.specs)]
+
+    def inputs(self, batch, key):
+        short, long = self.orders(key, batch["image"].shape[0])
+        return {"image": batch["image"], "short": short, "long": long}
+
+    def per_example_loss(self, params, extra, clips, orders, rng=None):
+        target_model = self.model.bind({**params, **jax.lax.stop_gradient(extra)})
+        targets = target_model.targets(clips)  # (B, N, D)
+        model = self.model.bind(params)
+        losses = []
+        for i, order in enumerate(orders):
+            k = self.num_context[i]
+            pred = model.predict(clips, order, k, i, rng=None if rng is None else jax.random.fold_in(rng, i))
+            target = jnp.take_along_axis(targets, order[:, k:, None], axis=1)
+            losses.append(jnp.abs(pred.astype(jnp.float32) - target).mean(axis=(1, 2)))
+        return sum(losses) / len(losses)
+
+    def loss(self, params, inputs, key, extra=None):
+        rng = key if self.needs_rng else None
+        return jnp.mean(self.per_example_loss(params, extra, inputs["image"], (inputs["short"], inputs["long"]), rng))
+
+    def eval_step(self):
+        def eval_step(state, batch):
+            params, extra = state
+            clips = batch["image"]
+            orders = self.orders(jax.random.key(EVAL_MASK_KEY), clips.shape[0])
+            mask = batch["_mask"].astype(jnp.float32)
+            loss = self.per_example_loss(params, extra, clips, orders)
+            return {"count": mask.sum(), "vjepa_loss": (loss * mask).sum()}
+
+        return eval_step
+
+    def report(self, result, config):
+        loss = result["vjepa_loss"]
+        return EvalReport({"eval/vjepa_loss": loss, "eval/count": result["count"]}, "eval/vjepa_loss", False,
+                          f"V-JEPA loss {loss:.4f} | {int(result['count'])} examples")
+
+
+vjepa_config = VJEPA.settings_of  # config -> VJEPAConfig
