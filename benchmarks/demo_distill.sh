@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The distillation demo (#43): configs/demo_distill.py trains a teacher on the digits, then distils it into a
-# smaller ViT on 10% of the training images and trains the same student on those images' labels alone with the same
+# smaller ViT on 5% of the training images and trains the same student on those images' labels alone with the same
 # compute. At each seed it asserts from WORKDIR/summary.json that the distilled student beats the label-only one by
 # >= MIN_GAP points on the digits test split, and that the whole run (the stages' own wall_time_s) took <= MAX_SECONDS
 # (6 minutes on 2 quiet CPU cores; on a shared machine set MAX_SECONDS to widen it and report the load). Figures and

@@ -1,4 +1,4 @@
-"""configs/demo_distill.py: its three stages validate, the students read the 10% split it counts on, the student is
+"""configs/demo_distill.py: its three stages validate, the students read the 5% split it counts on, the student is
 the smaller model, and the label-only student trains for the distilled student's FLOPs (the teacher's forward
 included): the comparison's premise. Its numbers: docs/distillation.md (benchmarks/demo_distill.sh)."""
 
@@ -32,7 +32,7 @@ def test_the_stages_and_the_equal_compute_control(digits_data_dir):
     d = distill_config(distilled)
     assert (d.teacher, d.mode, d.alpha) == ("/runs/kd/teacher", "function_matching", 1.0)
     assert teacher.data.train_split == "train"
-    assert distilled.data.train_split == labels.data.train_split == "train[:10%]"
+    assert distilled.data.train_split == labels.data.train_split == "train[:5%]"
     # one recipe for both students but the target: same model, data, augmentation, optimizer and batch
     for key in ("model", "data", "optimizer", "batch_size", "loss"):
         assert distilled[key].to_dict() == labels[key].to_dict() if hasattr(distilled[key], "to_dict") else (
@@ -41,7 +41,7 @@ def test_the_stages_and_the_equal_compute_control(digits_data_dir):
 
     digits = pipeline.open_dataset("digits", data_dir=digits_data_dir, prepare=False)
     assert digits.num_examples("train") == module.TRAIN_EXAMPLES
-    assert digits.num_examples("train[:10%]") == module.LABELLED_EXAMPLES
+    assert digits.num_examples("train[:5%]") == module.LABELLED_EXAMPLES
 
     student = model_flops(model_config(distilled, module.NUM_CLASSES))
     teacher_fwd = model_flops(model_config(teacher, module.NUM_CLASSES)).forward
