@@ -23,3 +23,15 @@ def test_vivit_is_scenics_kinetics_factorised_encoder_recipe():
         "sgd", 0.9, 0.05, 2.5, "cosine", 1.0, 0.0)
     assert (c.batch_size, c.total_epochs, c.init.checkpoint, c.init.required) == (64, 30.0, "vit_b16.npz", True)
     assert "sample_clip(32, stride=2)" in c.data.pp_train
+
+
+def test_vjepa_pretrains_a_headless_joint_vit_l_with_the_papers_masks():
+    from vit_jax.models.vjepa import VJEPAConfig
+    from vit_jax.train.objectives import vjepa_config
+
+    c = load("vjepa").get_config("data=clips")
+    validate(c)
+    cfg = model_config(c, num_classes=0)
+    assert (cfg.name, cfg.grid, cfg.pool, cfg.num_classes) == ("ViViT-L/16x2", (8, 14, 14), "gap", 0)
+    assert vjepa_config(c) == VJEPAConfig()  # predictor 12 x 384, 8 x 15% and 2 x 70% blocks, EMA 0.998 -> 1
+    assert (c.objective, c.optimizer.lr, c.optimizer.grad_clip_norm) == ("vjepa", 6.25e-4, 10.0)
