@@ -218,8 +218,10 @@ class SigLIP(Objective):
         def eval_step(view, batch):
             params, extra = view if self.s.lock_image else (view, None)
             zimg, ztxt, _, _ = self.embed(params, extra, batch["image"], batch["tokens"].astype(jnp.int32))
-            out = {"zimg": zimg, "ztxt": ztxt, "label": batch["label"], "mask": batch["_mask"]}
-            if prompts is not None:
+            out = {"zimg": zimg, "ztxt": ztxt, "mask": batch["_mask"]}
+            if "label" in batch:  # zero-shot needs class labels; an image-text dataset of captions alone has none
+                out["label"] = batch["label"]
+            if prompts is not None and "label" in batch:
                 c, k, n = prompts.shape
                 per_prompt = self.model.bind(params).embed_text(jnp.asarray(prompts.reshape(c * k, n)))
                 classes = per_prompt.reshape(c, k, -1).mean(1)
