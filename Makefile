@@ -30,7 +30,7 @@ demo: $(VENV)/.installed
 	$(PY) -m vit_jax.main --config=configs/demo.py --workdir=$(WORKDIR)
 
 test: $(VENV)/.installed slurm-packages
-	$(PY) -m pytest -q -n 3 --dist loadfile --durations=30 tests
+	$(PY) -m pytest -q -n 3 --dist loadfile --durations=60 tests
 
 slurm-packages:
 	@for p in $(SLURM_PROGRAMS); do command -v $$p >/dev/null || missing=1; done; \
