@@ -99,3 +99,17 @@ def test_training_with_splash_gives_xla_losses_on_a_data_fsdp_mesh_and_the_run_n
                               "why": "requested (Pallas interpret mode on CPU)"}
     with pytest.raises(ModelConfigError, match="runs on gpu, not on cpu"):
         build_program(tiny_config(**{"model.attention": "cudnn"}), 5, DUR, devices=jax.devices()[:1])
+
+
+def test_splash_is_not_chosen_for_tpu_v2_or_v3():
+    """Mosaic has no bf16 matmul there: the TPU compiler refused splash for a v3 slice."""
+    shapes = dict(q_tokens=197, kv_tokens=197, dtype=jnp.bfloat16, head_dim=64)
+    with attention_impl.lowering_for("TPU v3"):
+        impl, why = attention_impl.choose("auto", "tpu", **shapes)
+        assert impl == "xla" and "TPU v4 and newer, not TPU v3" in why
+        assert attention_impl.choose("splash", "tpu", **shapes)[0] == "xla"
+    with attention_impl.lowering_for("TPU v5 lite"):
+        assert attention_impl.choose("auto", "tpu", **shapes)[0] == "splash"
+    with pytest.raises(ModelConfigError, match="not TPU v2"):
+        attention_impl.check("splash", "tpu", dtype="bfloat16", head_dim=64, device_kind="TPU v2")
+    attention_impl.check("auto", "tpu", dtype="bfloat16", head_dim=64, device_kind="TPU v3")  # auto falls back

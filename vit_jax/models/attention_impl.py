@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 
 import jax.numpy as jnp
 
@@ -30,6 +31,27 @@ KERNEL_PLATFORMS = {"cudnn": ("gpu",), "splash": ("tpu", "cpu"), "cpu": ("cpu",)
 CUDNN_MAX_HEAD_DIM = 128
 
 _REQUESTED: contextvars.ContextVar[str] = contextvars.ContextVar("attention_implementation", default="auto")
+# The device kind the program is lowered for ("TPU v3", "TPU v5 lite"; "" unknown): a platform is not enough, since
+# splash's Mosaic kernel does not compile for every TPU generation.
+_DEVICE_KIND: contextvars.ContextVar[str] = contextvars.ContextVar("attention_device_kind", default="")
+
+
+@contextlib.contextmanager
+def lowering_for(device_kind: str):
+    """While tracing in this context, attention is chosen for devices of `device_kind` (the program's mesh)."""
+    token = _DEVICE_KIND.set(device_kind)
+    try:
+        yield
+    finally:
+        _DEVICE_KIND.reset(token)
+
+
+def splash_obstacle(device_kind: str) -> str | None:
+    """Why splash cannot compile for these TPUs, or None. Mosaic has no bf16 matmul on TPU v2/v3: the TPU compiler
+    refused splash for v3 ("Unsupported matmul RHS type vector<128x128xbf16>", 2026-12-06)."""
+    if re.search(r"\btpu v[23]\b", device_kind.lower()):
+        return f"splash attention compiles for TPU v4 and newer, not {device_kind}"
+    return None
 
 
 @contextlib.contextmanager
@@ -60,9 +82,11 @@ def cudnn_obstacle(dtype, head_dim: int) -> str | None:
     return None
 
 
-def check(name: str, platform: str, *, dtype, head_dim: int) -> None:
+def check(name: str, platform: str, *, dtype, head_dim: int, device_kind: str = "") -> None:
     """Refuses, in one line, a requested kernel that this platform or this model cannot run."""
     platform = _platform(platform)
+    if name == "splash" and platform == "tpu" and (why := splash_obstacle(device_kind)):
+        raise ModelConfigError(f"model.attention='splash': {why}; use 'auto' or 'xla'")
     if name not in IMPLEMENTATIONS:
         raise ModelConfigError(f"model.attention={name!r} is not one of {IMPLEMENTATIONS}")
     if name in KERNEL_PLATFORMS and platform not in KERNEL_PLATFORMS[name]:
@@ -87,9 +111,11 @@ def choose(name: str, platform: str, *, q_tokens: int, kv_tokens: int, dtype, he
         name = "auto"  # lowered where the kernel does not exist (see the module docstring)
     if name == "xla":
         return "xla", "requested"
-    if name == "splash":
+    if name == "splash" and not (platform == "tpu" and splash_obstacle(_DEVICE_KIND.get())):
         return "splash", "requested" + (" (Pallas interpret mode on CPU)" if platform == "cpu" else "")
     if platform == "tpu":
+        if why := splash_obstacle(_DEVICE_KIND.get()):
+            return "xla", why
         if min(q_tokens, kv_tokens) >= SPLASH_MIN_TOKENS:
             return "splash", f"auto: {q_tokens}x{kv_tokens} tokens >= {SPLASH_MIN_TOKENS}"
         return "xla", f"auto: {q_tokens}x{kv_tokens} tokens, below splash's {SPLASH_MIN_TOKENS}"
@@ -111,7 +137,7 @@ def summary(name: str, platform: str, *, tokens: int, dtype, head_dim: int) -> d
     return {"requested": name, "used": impl, "why": why}
 
 
-def for_model(cfg, platform: str) -> dict[str, str] | None:
+def for_model(cfg, platform: str, device_kind: str = "") -> dict[str, str] | None:
     """`summary` for a model config with `attention` (the ViT's; None for a family without it), after refusing a
     kernel the platform lacks. The figure is for the longest attention (global blocks); relative positions add a
     bias, which keeps that attention on XLA's ops."""
@@ -119,7 +145,8 @@ def for_model(cfg, platform: str) -> dict[str, str] | None:
     if name is None:
         return None
     head_dim = cfg.width // cfg.num_heads
-    check(name, platform, dtype=cfg.dtype, head_dim=head_dim)
+    check(name, platform, dtype=cfg.dtype, head_dim=head_dim, device_kind=device_kind)
     if getattr(cfg, "rel_pos", False):
         return {"requested": name, "used": "xla", "why": "relative position bias (no fused kernel here takes a bias)"}
-    return summary(name, platform, tokens=cfg.seq_len, dtype=cfg.dtype, head_dim=head_dim)
+    with lowering_for(device_kind):
+        return summary(name, platform, tokens=cfg.seq_len, dtype=cfg.dtype, head_dim=head_dim)

@@ -113,7 +113,8 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
     objective.total_steps = durations.total_steps  # for the objective's own schedules (DINO's teacher)
     model = objective.model
     mesh = mesh_lib.make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor, devices=devices)
-    attention = attention_impl.for_model(model_cfg, mesh.devices.flat[0].platform)  # refuses a kernel it lacks
+    device = mesh.devices.flat[0]
+    attention = attention_impl.for_model(model_cfg, device.platform, device.device_kind)  # refuses a kernel it lacks
     dp = mesh.shape["data"] * mesh.shape["fsdp"]
     if c.batch_size % (dp * c.micro_batches) or c.batch_size % jax.process_count():
         raise config_lib.ConfigError(
@@ -144,7 +145,8 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
 
     def with_hints(fn):
         def wrapped(*args):
-            with activation_sharding(resolver):  # active while jit traces the step
+            # active while jit traces the step: activation shardings, and the devices attention is chosen for
+            with activation_sharding(resolver), attention_impl.lowering_for(device.device_kind):
                 return fn(*args)
 
         return wrapped
