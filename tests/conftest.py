@@ -92,12 +92,20 @@ def gcs():
 # incarnation"). Not --dist loadgroup: pytest-xdist 3.8 marks a group by rewriting `item._nodeid`, which pytest 9
 # no longer reads (seen 2026-12-02: no grouping at all).
 # The longest files go first (longest-processing-time-first scheduling), so no long one starts last and leaves one
-# worker idle at the end. Measured on 2 cores (2026-12-06: SLURM ~400 s, pod storage ~290 s, multi-process ~250 s,
-# resume ~200 s, demo ~190 s under three workers); the other files follow in collection order.
+# worker idle at the end. Measured on 2 cores (2026-12-06, three workers, the wave's files included: SLURM ~290 s,
+# pod storage ~330 s, multi-process ~250 s, resume ~200 s, demo ~130 s, then the training files of the new families
+# and objectives, 50-110 s each); the other files follow in collection order.
 LONGEST_FIRST = ("tests/launch/test_slurm_cluster.py", "tests/storage/test_pod_storage.py",
                  "tests/launch/test_multiprocess_training.py", "tests/train/test_resume.py", "tests/test_demo.py",
-                 "tests/train/test_trainer.py", "tests/checkpoints/test_checkpoint_failures.py",
-                 "tests/bench/test_aot_plan.py", "tests/bench/test_plan_objectives.py", "tests/train/test_step.py")
+                 "tests/train/test_trainer.py", "tests/train/test_swin_segmentation_training.py",
+                 "tests/train/test_dino_training.py", "tests/train/test_step.py",
+                 "tests/checkpoints/test_checkpoint_failures.py", "tests/train/test_distillation.py",
+                 "tests/train/test_mpp_training.py", "tests/train/test_mae_training.py", "tests/train/test_stages.py",
+                 "tests/bench/test_aot_plan.py", "tests/bench/test_bench_steps.py",
+                 "tests/train/test_image_text_training.py", "tests/train/test_swin_training.py",
+                 "tests/train/test_vjepa.py", "tests/models/test_attention_impl.py", "tests/models/test_dino.py",
+                 "tests/train/test_bit_training.py", "tests/train/test_parallel_equivalence.py",
+                 "tests/bench/test_plan_objectives.py", "tests/bench/test_gpu_check.py")
 
 
 def pytest_collection_modifyitems(config, items):

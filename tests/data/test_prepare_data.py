@@ -40,7 +40,9 @@ def test_prepare_imagenet21k_folder_of_tars_reports_bad_images(tmp_path, gen, ca
 
 
 def test_prepare_missing_data_is_a_one_line_error(tmp_path, capsys):
-    assert prepare.main(["imagenet21k/winter21", "--data-dir", str(tmp_path)]) == 1
+    from vit_jax import cli
+
+    assert cli.main(["prepare-data", "imagenet21k/winter21", "--data-dir", str(tmp_path)]) == 2  # a usage error
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "winter21_whole.tar.gz" in err and "--manual-dir" in err
 

@@ -111,9 +111,9 @@ def test_vit_jax_eval_refuses_a_run_of_an_unknown_objective_in_one_line(mpp_run,
     shutil.copytree(workdir / "checkpoints", tmp_path / "checkpoints")
     for meta_file in (tmp_path / "checkpoints").glob("*/meta/metadata"):  # every step: restore may take any
         meta = json.loads(meta_file.read_text())
-        meta["config"]["objective"] = "dino"  # a run of a later version's objective
+        meta["config"]["objective"] = "holography"  # a run of a later version's objective
         meta_file.write_text(json.dumps(meta))
-    with pytest.raises(SystemExit, match="objective 'dino', which this version of vit_jax does not know"):
+    with pytest.raises(SystemExit, match="objective 'holography', which this version of vit_jax does not know"):
         cli.main(["eval", "--checkpoint", str(tmp_path)])
 
 
