@@ -14,28 +14,25 @@ from types import ModuleType
 import pytest
 
 
-def require_timm() -> ModuleType:
-    """timm, imported beside a CPU-only torch as vit_jax's timm peer imports it (vit_jax/bench/timm_import.py)."""
-    from vit_jax.bench.timm_import import import_timm
+def _require(name: str) -> ModuleType:
+    """`name` (timm or transformers) imported beside a CPU-only torch (vit_jax/bench/timm_import.py); where it is
+    absent: a skip with the install line, or under CI a failure."""
+    from vit_jax.bench import timm_import
 
     try:
-        return import_timm()
+        return getattr(timm_import, f"import_{name}")()
     except ImportError as e:
-        message = f"timm/torch, this test's oracle, is not installed ({e}): pip install -e '.[interop]'"
+        message = f"{name}/torch, this test's oracle, is not installed ({e}): pip install -e '.[interop]'"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+def require_timm() -> ModuleType:
+    """timm (the timm oracles), as vit_jax's timm peer imports it."""
+    return _require("timm")
 
 
 def require_transformers() -> ModuleType:
-    """transformers (the ViViT oracle), imported beside a CPU-only torch as vit_jax/bench/timm_import.py imports it;
-    skipped with the install line where absent, a failure under CI."""
-    from vit_jax.bench.timm_import import import_transformers
-
-    try:
-        return import_transformers()
-    except ImportError as e:
-        message = f"transformers/torch, this test's oracle, is not installed ({e}): pip install -e '.[interop]'"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    """transformers (the ViViT and SigLIP oracles)."""
+    return _require("transformers")
