@@ -72,13 +72,19 @@ def _platform(platform: str) -> str:
     return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
 
 
-def cudnn_obstacle(dtype, head_dim: int) -> str | None:
-    """Why cuDNN's fused kernel cannot run this attention, or None."""
+def cudnn_obstacle(dtype, head_dim: int, tokens: tuple[int, int] = (0, 0)) -> str | None:
+    """Why cuDNN's fused kernel cannot run this attention (`tokens`: queries, keys), or None."""
     if jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
         return f"cuDNN's fused attention needs bfloat16 or float16 (compute dtype {jnp.dtype(dtype).name})"
     if head_dim % 8 or head_dim > CUDNN_MAX_HEAD_DIM:
         return f"cuDNN's fused attention needs a head dimension divisible by 8 and <= {CUDNN_MAX_HEAD_DIM} " \
                f"(got {head_dim})"
+    if any(t % 2 for t in tokens):
+        # Seen on an H100 (jax 0.11.2, 2026-12-06): the training step of a ViT-B/16 at 224 px (197 tokens) failed to
+        # trace with "Unsupported sequence length Q 197, KV 197" from the kernel's backward rule, raised after the
+        # forward pass had been traced, where no fallback can catch it. Its forward pass alone accepts odd lengths,
+        # but one program serves both, so an odd count keeps XLA's ops.
+        return f"cuDNN's fused attention trains only on even token counts (got {tokens[0]}x{tokens[1]})"
     return None
 
 
@@ -120,7 +126,7 @@ def choose(name: str, platform: str, *, q_tokens: int, kv_tokens: int, dtype, he
             return "splash", f"auto: {q_tokens}x{kv_tokens} tokens >= {SPLASH_MIN_TOKENS}"
         return "xla", f"auto: {q_tokens}x{kv_tokens} tokens, below splash's {SPLASH_MIN_TOKENS}"
     if platform == "gpu":
-        why = cudnn_obstacle(dtype, head_dim)
+        why = cudnn_obstacle(dtype, head_dim, (q_tokens, kv_tokens))
         return ("xla", why) if why else ("cudnn", name if name == "cudnn" else "auto: cuDNN's constraints hold")
     if platform == "cpu":
         why = cpu_obstacle(dtype)
