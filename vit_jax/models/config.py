@@ -37,6 +37,8 @@ GELUS = ("tanh", "erf")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash", "cpu")  # models/attention_impl.py says what each is
+FFNS = ("mlp", "swiglu")
+POSEMB_RESIZES = ("bicubic", "dinov2")  # models/posemb_resize.py says how they differ
 
 
 class ModelConfigError(UserError, ValueError):
@@ -91,6 +93,18 @@ class ViTConfig:
     # position embeddings) with its own head `head_dist`; the model predicts with the two heads' average and
     # returns each head's logits in `out` (cls_logits, dist_logits) for the distillation objective.
     distilled: bool = False
+    # DINOv2 (Oquab et al. 2023) options. LayerScale (CaiT): a per-channel gamma on each residual branch, initialised
+    # to this value (DINOv2: 1e-5); 0 = none.
+    layer_scale: float = 0.0
+    # Register tokens (Darcet et al. 2024): learned tokens after the class token, without position embedding, dropped
+    # from the outputs (`encoded` and the pooled features); DINOv2's reg4 models have 4.
+    registers: int = 0
+    # The block's feed-forward: "mlp" (Dense-GELU-Dense) or "swiglu" (DINOv2's ViT-g: w3(silu(x1) * x2) with
+    # [x1; x2] = w12(x); mlp_dim is the hidden size of each half, 4096 for ViT-g).
+    ffn: str = "mlp"
+    # How the model itself resizes its learned position table to another grid while running (DINO's crops of other
+    # sizes): "bicubic" (jax.image.resize, as timm's resample_abs_pos_embed) or "dinov2" (DINOv2's offset bicubic).
+    posemb_resize: str = "bicubic"
 
     def __post_init__(self):
         def check(name, value, allowed):
@@ -104,6 +118,8 @@ class ViTConfig:
         check("dtype", self.dtype, DTYPES)
         check("param_dtype", self.param_dtype, DTYPES)
         check("attention", self.attention, ATTENTION_IMPLEMENTATIONS)
+        check("ffn", self.ffn, FFNS)
+        check("posemb_resize", self.posemb_resize, POSEMB_RESIZES)
         if 0 in self.resnet_layers and self.resnet_layers != (0,):
             raise ModelConfigError(
                 f"resnet_layers={self.resnet_layers}: every stage needs units; (0,) is the root-only stem")
@@ -140,9 +156,20 @@ class ViTConfig:
             raise ModelConfigError(f"distilled=True (DeiT's distillation token) needs pool='token', a head and no "
                                    f"pre-logits (got pool={self.pool!r}, num_classes={self.num_classes}, "
                                    f"rep_size={self.rep_size})")
+        self._check_dinov2()
         if self.neck_dim < 0 or (self.neck_dim and not self.dense):
             raise ModelConfigError(f"neck_dim={self.neck_dim}: the neck exists only with dense=True and needs a "
                                    "positive channel count")
+
+    def _check_dinov2(self) -> None:
+        if not 0 <= self.layer_scale < 1:
+            raise ModelConfigError(f"layer_scale={self.layer_scale}: give LayerScale's initial gamma (DINOv2: 1e-5), "
+                                   "or 0 for none")
+        if self.registers < 0:
+            raise ModelConfigError(f"registers={self.registers}: give a number of register tokens (reg4: 4) or 0")
+        if self.registers and (self.pool != "token" or self.distilled):
+            raise ModelConfigError(f"registers={self.registers} sit after the class token: they need pool='token' "
+                                   f"and no distillation token (got pool={self.pool!r}, distilled={self.distilled})")
 
     def is_global(self, block: int) -> bool:
         """Whether encoder block `block` attends over the whole grid (else inside windows)."""
@@ -181,11 +208,13 @@ class ViTConfig:
 
     @property
     def seq_len(self) -> int:
-        return self.num_patches + self.num_prefix_tokens
+        """Tokens the encoder attends over: the prefix tokens, register tokens and patches."""
+        return self.num_patches + self.num_prefix_tokens + self.registers
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patches: the class token, and DeiT's distillation token after it."""
+        """Tokens before the patches that have a position-embedding row: the class token, and DeiT's distillation
+        token after it (register tokens, after these, have none)."""
         return (1 + int(self.distilled)) if self.pool == "token" else 0
 
     @property

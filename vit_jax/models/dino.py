@@ -20,6 +20,7 @@ from flax import nnx
 
 from vit_jax.models import layers as L
 from vit_jax.models.config import ModelConfigError, ViTConfig
+from vit_jax.models.posemb_resize import resize_dinov2
 from vit_jax.models.vit import ViT, posemb_sincos_2d
 
 
@@ -96,8 +97,8 @@ class DinoViT(ViT):
 
     def positions(self, grid: tuple[int, int], dtype) -> tuple[jax.Array, jax.Array]:
         """The position embeddings of the class token (1, 1, D) and of a `grid` of patches (1, gh*gw, D): the
-        learned table resized bicubically from the model's grid (DINO's interpolate_pos_encoding), or sin-cos
-        computed for the grid."""
+        learned table resized from the model's grid (DINO's interpolate_pos_encoding: bicubic, or DINOv2's offset
+        bicubic with model.posemb_resize='dinov2'), or sin-cos computed for the grid."""
         cfg = self.cfg
         if self.pos_embedding is None:
             return jnp.zeros((1, 1, cfg.width), dtype), jnp.asarray(posemb_sincos_2d(*grid, cfg.width), dtype)
@@ -105,7 +106,10 @@ class DinoViT(ViT):
         cls_pe, patch_pe = pe[:, :1], pe[:, 1:]
         if tuple(grid) != tuple(cfg.grid):
             table = patch_pe.reshape(1, *cfg.grid, cfg.width)
-            patch_pe = jax.image.resize(table, (1, *grid, cfg.width), "cubic").reshape(1, -1, cfg.width)
+            if cfg.posemb_resize == "dinov2":
+                patch_pe = resize_dinov2(table, grid, jnp).reshape(1, -1, cfg.width)
+            else:
+                patch_pe = jax.image.resize(table, (1, *grid, cfg.width), "cubic").reshape(1, -1, cfg.width)
         return cls_pe.astype(dtype), patch_pe.astype(dtype)
 
     def encode(self, images: jax.Array, masks: jax.Array | None = None, *,
@@ -120,11 +124,13 @@ class DinoViT(ViT):
             x = jnp.where(masks[..., None], self.mask_token[...].astype(x.dtype), x)
         cls_pe, patch_pe = self.positions(grid, x.dtype)
         cls = jnp.broadcast_to(self.cls[...].astype(x.dtype) + cls_pe, (x.shape[0], 1, cfg.width))
-        x = jnp.concatenate([cls, x + patch_pe], axis=1)
+        regs = ([] if self.reg is None else  # register tokens (no position) after the class token
+                [jnp.broadcast_to(self.reg[...].astype(x.dtype), (x.shape[0], cfg.registers, cfg.width))])
+        x = jnp.concatenate([cls, *regs, x + patch_pe], axis=1)
         k_embed, k_enc = jax.random.split(rng) if rng is not None else (None, None)
         x = L.dropout(x, cfg.dropout, k_embed)
         encoded, _, _ = self.encoder(x, key=k_enc)
-        return encoded[:, 0], encoded[:, 1:]
+        return encoded[:, 0], encoded[:, 1 + cfg.registers:]
 
     def heads(self, cls: jax.Array, patches: jax.Array | None = None) -> tuple[jax.Array, jax.Array | None]:
         """Class tokens (..., D) -> DINO logits (..., K); patch tokens (..., N, D) -> iBOT logits through the iBOT

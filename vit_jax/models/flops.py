@@ -63,6 +63,12 @@ def _block_flops(tokens: int, width: int, mlp_dim: int) -> float:
     return 2.0 * t * d * 3 * d + 2.0 * 2 * t * t * d + 2.0 * t * d * d + 2.0 * 2 * t * d * mlp_dim
 
 
+def ffn_flops_dim(cfg: ViTConfig) -> float:
+    """The hidden size a GELU MLP of equal FLOPs would have: SwiGLU multiplies by three D x mlp_dim matrices (gate,
+    value, out) where the MLP has two."""
+    return cfg.mlp_dim * (1.5 if cfg.ffn == "swiglu" else 1.0)
+
+
 def _grid_block_flops(cfg: ViTConfig, block: int) -> float:
     """One block attending on the patch grid: windows see the padded grid (projections and attention run on the
     padding too, as in SAM), and the decomposed relative position bias costs q . R for rows and for columns."""
@@ -72,7 +78,7 @@ def _grid_block_flops(cfg: ViTConfig, block: int) -> float:
     flops = 2.0 * tokens * d * 3 * d + 2.0 * 2 * tokens * sh * sw * d + 2.0 * tokens * d * d
     if cfg.rel_pos:
         flops += 2.0 * tokens * (sh + sw) * d
-    return flops + 2.0 * 2 * gh * gw * d * cfg.mlp_dim
+    return flops + 2.0 * 2 * gh * gw * d * ffn_flops_dim(cfg)
 
 
 def bit_flops(cfg: "BiTConfig") -> Flops:
@@ -85,7 +91,7 @@ def bit_flops(cfg: "BiTConfig") -> Flops:
 
 
 def vit_flops(cfg: ViTConfig) -> Flops:
-    d, m, depth = cfg.width, cfg.mlp_dim, cfg.depth
+    d, m, depth = cfg.width, ffn_flops_dim(cfg), cfg.depth
     n, t = cfg.num_patches, cfg.seq_len
     ph, pw = cfg.patch_size
     parts: dict[str, float] = {}
@@ -100,7 +106,7 @@ def vit_flops(cfg: ViTConfig) -> Flops:
     if cfg.neck_dim:  # 1x1 conv, then 3x3 conv (no biases)
         parts["neck"] = 2.0 * n * (d * cfg.neck_dim + 9 * cfg.neck_dim * cfg.neck_dim)
     if cfg.pool == "map":
-        parts["map_head"] = 2.0 * (d * d + n * d * 2 * d + 2 * n * d + d * d + 2 * d * m)
+        parts["map_head"] = 2.0 * (d * d + n * d * 2 * d + 2 * n * d + d * d + 2 * d * cfg.mlp_dim)  # a GELU MLP
     feat = d
     if cfg.rep_size:
         parts["pre_logits"] = 2.0 * d * cfg.rep_size
@@ -121,7 +127,7 @@ def mae_flops(cfg: ViTConfig, mae: MAEConfig) -> Flops:
     t_enc, t_dec = mae.num_visible(n) + cls, n + cls
     parts = {
         "patch_embedding": 2.0 * n * ph * pw * 3 * d,
-        "encoder": cfg.depth * _block_flops(t_enc, d, cfg.mlp_dim),
+        "encoder": cfg.depth * _block_flops(t_enc, d, ffn_flops_dim(cfg)),
         "decoder_embed": 2.0 * t_enc * d * dw,
         "decoder": mae.decoder_depth * _block_flops(t_dec, dw, mae.decoder_mlp_dim),
         "decoder_pred": 2.0 * n * dw * ph * pw * 3,

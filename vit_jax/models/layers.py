@@ -374,14 +374,52 @@ class Mlp(nnx.Module):
         return dropout(self.fc2(x), dropout_rate, keys[1])
 
 
-class EncoderBlock(nnx.Module):
-    """Pre-LayerNorm Transformer block: x + MHSA(LN(x)), then x + MLP(LN(x))."""
+class SwiGLU(nnx.Module):
+    """DINOv2's SwiGLU feed-forward (its ViT-g): fc2(silu(gate(x)) * value(x)), then dropout.
 
-    def __init__(self, dim: int, mlp_dim: int, heads: int, *, param_dtype, rngs, ln_eps: float = LN_EPS):
+    DINOv2 and timm pack gate and value into one (2*mlp, embed) weight ([x1; x2] = w12(x)); here they are two
+    Linears, so that sharding the hidden axis over the tensor axis keeps each gate unit on the shard of its value
+    unit (checkpoints/timm_blocks.py splits and packs the timm weight)."""
+
+    def __init__(self, dim: int, mlp_dim: int, *, param_dtype, rngs):
+        def linear(din, dout, axes):
+            return Linear(din, dout, axes, kernel_init=xavier_uniform_flat(1), bias_init=zeros,
+                          param_dtype=param_dtype, rngs=rngs)
+
+        self.gate = linear(dim, mlp_dim, ("embed", "mlp"))
+        self.value = linear(dim, mlp_dim, ("embed", "mlp"))
+        self.fc2 = linear(mlp_dim, dim, ("mlp", "embed"))
+
+    def __call__(self, x, *, gelu_kind: str = "", dropout_rate: float = 0.0, keys=(None, None)):
+        del gelu_kind  # the gate is SiLU whatever the GELU setting
+        h = jax.nn.silu(self.gate(x)) * self.value(x)
+        h = dropout(constrain(h, ("batch", "seq", "mlp")), dropout_rate, keys[0])
+        return dropout(self.fc2(h), dropout_rate, keys[1])
+
+
+class LayerScale(nnx.Module):
+    """CaiT's LayerScale, as DINOv2 uses it: a learned per-channel gamma multiplying a residual branch."""
+
+    def __init__(self, dim: int, init_value: float, *, param_dtype, rngs):
+        self.gamma = param(rngs, constant(init_value), (dim,), param_dtype, ("norm",))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x * self.gamma[...].astype(x.dtype)
+
+
+class EncoderBlock(nnx.Module):
+    """Pre-LayerNorm Transformer block: x + MHSA(LN(x)), then x + MLP(LN(x)); with `layer_scale` > 0 each branch is
+    multiplied by its LayerScale gamma (ls1, ls2) before the residual sum, and `ffn='swiglu'` swaps the MLP."""
+
+    def __init__(self, dim: int, mlp_dim: int, heads: int, *, param_dtype, rngs, ln_eps: float = LN_EPS,
+                 layer_scale: float = 0.0, ffn: str = "mlp"):
         self.ln1 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs, eps=ln_eps)
         self.attn = MultiHeadAttention(dim, heads, param_dtype=param_dtype, rngs=rngs)
         self.ln2 = LayerNorm(dim, param_dtype=param_dtype, rngs=rngs, eps=ln_eps)
-        self.mlp = Mlp(dim, mlp_dim, param_dtype=param_dtype, rngs=rngs)
+        self.mlp = (SwiGLU if ffn == "swiglu" else Mlp)(dim, mlp_dim, param_dtype=param_dtype, rngs=rngs)
+        scale = (lambda: LayerScale(dim, layer_scale, param_dtype=param_dtype, rngs=rngs)) if layer_scale else None
+        self.ls1 = scale() if scale else None
+        self.ls2 = scale() if scale else None
 
     def __call__(self, x, *, gelu_kind: str, dropout_rate=0.0, attention_dropout=0.0, drop_path_rate=0.0,
                  key=None, return_weights=False, grid=None, window=0, rel_pos=None):
@@ -396,8 +434,10 @@ class EncoderBlock(nnx.Module):
         else:
             y, weights = self.attn(y, y, dropout_rate=attention_dropout, key=keys[0], return_weights=return_weights)
         y = dropout(y, dropout_rate, keys[1])
+        y = self.ls1(y) if self.ls1 is not None else y
         x = x + (drop_path(y, drop_path_rate, keys[2]) if use_drop_path else y)
         y = self.mlp(self.ln2(x), gelu_kind=gelu_kind, dropout_rate=dropout_rate, keys=(keys[3], keys[4]))
+        y = self.ls2(y) if self.ls2 is not None else y
         x = x + (drop_path(y, drop_path_rate, keys[5]) if use_drop_path else y)
         return constrain(x, TOKENS), weights
 

@@ -53,7 +53,8 @@ def check_encoder(cfg: ViTConfig) -> None:
     no ResNet stem, and a class token or average pooling (a MAP head would get no training signal)."""
     bad = [name for name, on in (("window_size", cfg.window_size), ("rel_pos", cfg.rel_pos), ("dense", cfg.dense),
                                  ("resnet_layers", cfg.resnet_layers), ("rep_size", cfg.rep_size),
-                                 ("pool='map'", cfg.pool == "map")) if on]
+                                 ("pool='map'", cfg.pool == "map"),
+                                 ("registers", cfg.registers)) if on]
     if bad:
         raise ModelConfigError(f"MAE pretrains a plain ViT; model.{', model.'.join(bad)} is not supported with "
                                "objective='mae' (use pool 'token' or 'gap' and leave these at their defaults)")

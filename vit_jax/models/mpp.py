@@ -71,7 +71,8 @@ def check_encoder(cfg: ViTConfig, mpp: MPPConfig) -> None:
     """The ViT options masked patch prediction supports: patches of pixels (no ResNet stem), and a class token or
     average pooling (a MAP head or pre-logits layer would get no training signal; a dense backbone has no tokens)."""
     bad = [name for name, on in (("resnet_layers", cfg.resnet_layers), ("dense", cfg.dense),
-                                 ("rep_size", cfg.rep_size), ("pool='map'", cfg.pool == "map")) if on]
+                                 ("rep_size", cfg.rep_size), ("pool='map'", cfg.pool == "map"),
+                                 ("registers", cfg.registers)) if on]
     if bad:
         raise ModelConfigError(f"masked patch prediction pretrains a plain ViT; model.{', model.'.join(bad)} is not "
                                "supported with objective='masked_patch_prediction'")

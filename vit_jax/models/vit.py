@@ -50,7 +50,7 @@ class Encoder(nnx.Module):
         @nnx.vmap(in_axes=0, out_axes=0)
         def make_blocks(key):
             return L.EncoderBlock(cfg.width, cfg.mlp_dim, cfg.num_heads, param_dtype=pd, rngs=nnx.Rngs(params=key),
-                                  ln_eps=cfg.ln_eps)
+                                  ln_eps=cfg.ln_eps, layer_scale=cfg.layer_scale, ffn=cfg.ffn)
 
         self.blocks = make_blocks(jax.random.split(rngs.params(), cfg.depth))
         for _, v in nnx.iter_graph(self.blocks):
@@ -152,9 +152,12 @@ class ViT(nnx.Module):
         self.cls = L.param(rngs, L.zeros, (1, 1, cfg.width), pd, (None, None, "embed")) if cfg.pool == "token" else None
         # DeiT's distillation token (random, as timm initialises it: two zero tokens would start out identical).
         self.dist = L.param(rngs, L.normal(0.02), (1, 1, cfg.width), pd, (None, None, "embed")) if cfg.distilled else None
-        if cfg.posemb == "learn":
-            self.pos_embedding = L.param(rngs, L.normal(0.02), (1, cfg.seq_len, cfg.width), pd,
-                                         (None, None, "embed"))
+        # Register tokens (Darcet et al. 2024), initialised as DINOv2 does (normal, std 1e-6).
+        self.reg = (L.param(rngs, L.normal(1e-6), (1, cfg.registers, cfg.width), pd, (None, None, "embed"))
+                    if cfg.registers else None)
+        if cfg.posemb == "learn":  # rows for the class (and distillation) token and the patches; registers have none
+            self.pos_embedding = L.param(rngs, L.normal(0.02), (1, cfg.num_prefix_tokens + cfg.num_patches,
+                                                                 cfg.width), pd, (None, None, "embed"))
         else:
             self.pos_embedding = None
         self.encoder = Encoder(cfg, rngs=rngs)
@@ -195,8 +198,8 @@ class ViT(nnx.Module):
 
     def add_positions(self, x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
         """Patch embeddings (B, N, D) -> `tokens`' two parts (the second: class and distillation tokens, (B, 2, D),
-        with DeiT's token). Apart so that masked patch prediction can corrupt the patch embeddings before their
-        positions are added."""
+        with DeiT's token; then the register tokens, which get no position). Apart so that masked patch prediction
+        can corrupt the patch embeddings before their positions are added."""
         cfg = self.cfg
         dtype = x.dtype
         k = cfg.num_prefix_tokens
@@ -210,8 +213,10 @@ class ViT(nnx.Module):
         if self.cls is None:
             return x + pe, None
         prefix = self.cls[...] if self.dist is None else jnp.concatenate([self.cls[...], self.dist[...]], 1)
-        prefix = jnp.broadcast_to(prefix.astype(dtype), (x.shape[0], k, cfg.width))
-        return x + pe[:, k:], prefix + pe[:, :k]
+        prefix = prefix.astype(dtype) + pe[:, :k]
+        if self.reg is not None:
+            prefix = jnp.concatenate([prefix, self.reg[...].astype(dtype)], 1)
+        return x + pe[:, k:], jnp.broadcast_to(prefix, (x.shape[0], prefix.shape[1], cfg.width))
 
     def __call__(self, images: jax.Array, *, train: bool = False, rng: jax.Array | None = None,
                  capture: tuple[str, ...] = ()) -> tuple[jax.Array, dict[str, Any]]:
@@ -230,6 +235,9 @@ class ViT(nnx.Module):
 
         encoded, per_block, weights = self.encoder(x, key=k_enc, capture_blocks="blocks" in capture,
                                                    capture_attention="attention" in capture)
+        if cfg.registers:  # registers only carry computation: the outputs are the class token's and the patches'
+            encoded = jnp.concatenate([encoded[:, :cfg.num_prefix_tokens],
+                                       encoded[:, cfg.num_prefix_tokens + cfg.registers:]], 1)
         out: dict[str, Any] = {"encoded": encoded}
         if "blocks" in capture:
             out["blocks"] = per_block

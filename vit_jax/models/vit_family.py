@@ -17,7 +17,7 @@ from vit_jax.models.vit import ViT
 # What a checkpoint's architecture fixes, when a fine-tuning config takes its model from init.checkpoint.
 ARCHITECTURE_FIELDS = ("width", "depth", "mlp_dim", "num_heads", "patch_size", "pool", "posemb", "gelu",
                        "resnet_layers", "resnet_width", "window_size", "global_blocks", "rel_pos", "dense", "neck_dim",
-                       "ln_eps", "distilled")
+                       "ln_eps", "distilled", "layer_scale", "registers", "ffn")
 
 
 def training_schema() -> dict[str, Any]:
@@ -70,7 +70,10 @@ def describe(cfg: ViTConfig) -> str:
     if cfg.window_size:
         extra.append(f"window={cfg.window_size} global_blocks={cfg.global_blocks}")
     extra += [name for name, on in (("rel_pos", cfg.rel_pos), ("dense", cfg.dense), ("distilled", cfg.distilled),
-                                    (f"neck={cfg.neck_dim}", cfg.neck_dim)) if on]
+                                    (f"neck={cfg.neck_dim}", cfg.neck_dim),
+                                    (f"layer_scale={cfg.layer_scale:g}", cfg.layer_scale),
+                                    (f"registers={cfg.registers}", cfg.registers),
+                                    ("ffn=swiglu", cfg.ffn == "swiglu")) if on]
     return (f"{cfg.name} (width {cfg.width}, depth {cfg.depth}, heads {cfg.num_heads}, mlp {cfg.mlp_dim}, "
             f"patch {cfg.patch_size[0]}x{cfg.patch_size[1]}, {', '.join(extra)})")
 
