@@ -15,10 +15,11 @@ import numpy as np
 
 from vit_jax.checkpoints.layouts import CheckpointMismatchError, flatten, unflatten
 from vit_jax.models.config import ViTConfig
+from vit_jax.models.posemb_resize import resize_dinov2
 from vit_jax.models.swin import resize_rel_bias_table
 from vit_jax.models.windows import resize_rel_pos
 
-RESIZE_METHODS = ("bicubic", "bilinear")
+RESIZE_METHODS = ("bicubic", "bilinear", "dinov2")  # dinov2: DINOv2's offset bicubic (models/posemb_resize.py)
 
 
 def resize_posemb(posemb: np.ndarray, old_grid: tuple[int, int], new_grid: tuple[int, int], num_prefix: int,
@@ -34,6 +35,9 @@ def resize_posemb(posemb: np.ndarray, old_grid: tuple[int, int], new_grid: tuple
     if tuple(old_grid) == tuple(new_grid):
         return posemb
     grid = grid.reshape(gh, gw, -1).astype(np.float32)
+    if method == "dinov2":
+        resized = resize_dinov2(grid, tuple(new_grid)).astype(posemb.dtype).reshape(1, new_grid[0] * new_grid[1], -1)
+        return np.concatenate([prefix, resized], axis=1)
     # antialias=False: this is interpolation of a smooth field, not image downsampling (and it is the standard).
     resized = jax.image.resize(jnp.asarray(grid), (*new_grid, grid.shape[-1]), method=method, antialias=False)
     resized = np.asarray(resized, dtype=posemb.dtype).reshape(1, new_grid[0] * new_grid[1], -1)

@@ -4,7 +4,12 @@ timm key names and tensor layouts (PyTorch: Linear weight (out, in), Conv2d weig
 `cls_token`, `pos_embed` (class row included when the model has a class token), `patch_embed.proj.*`,
 DeiT's `dist_token` and `head_dist.*` (timm's VisionTransformerDistilled: `pos_embed` then has both token rows),
 `blocks.{i}.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/mlp.fc2.*`, `norm.*`, `head.*`, and for attention pooling
-`attn_pool.{latent,q,kv,proj,norm,mlp.fc1,mlp.fc2}`.
+`attn_pool.{latent,q,kv,proj,norm,mlp.fc1,mlp.fc2}`. DINOv2's options (timm's `vit_*_patch14_dinov2` and
+`vit_*_patch14_reg4_dinov2`): LayerScale `blocks.{i}.ls{1,2}.gamma`, SwiGLU (timm_blocks.py), and register tokens
+`reg_token` (1, R, D); timm builds its register models with `no_embed_class=True`: `pos_embed` has no class row and
+the class token none. Our class token always has a row, so such a file loads with a zero class row, and a model
+with registers is written in that layout, its class row folded into `cls_token` (as timm's conversion of the
+original DINOv2 checkpoints does), which computes the same function.
 
 The matching timm constructor arguments are written to the file's metadata (`timm_kwargs`), so that
 `VisionTransformer(**timm_kwargs)` computes the same function: for global-average pooling they include `fc_norm=False`
@@ -45,8 +50,14 @@ def timm_kwargs(cfg: ViTConfig) -> dict[str, Any]:
     kw: dict[str, Any] = dict(img_size=list(cfg.image_size), patch_size=list(cfg.patch_size), embed_dim=cfg.width,
                               depth=cfg.depth, num_heads=cfg.num_heads, mlp_ratio=cfg.mlp_dim / cfg.width,
                               num_classes=cfg.num_classes, qkv_bias=True)
-    if cfg.gelu == "tanh":  # timm resolves the name with get_act_layer; erf models keep timm's default nn.GELU
+    if cfg.ffn == "swiglu":  # timm's SwiGLUPacked: fc1 holds both halves. mlp_layer names a timm.layers class
+        kw.update(mlp_ratio=2 * cfg.mlp_dim / cfg.width, mlp_layer="SwiGLUPacked", act_layer="silu")
+    elif cfg.gelu == "tanh":  # timm resolves the name with get_act_layer; erf models keep timm's default nn.GELU
         kw["act_layer"] = "gelu_tanh"
+    if cfg.layer_scale:
+        kw["init_values"] = cfg.layer_scale
+    if cfg.registers:
+        kw.update(reg_tokens=cfg.registers, no_embed_class=True)
     if cfg.pool == "token":
         kw.update(global_pool="token", class_token=True)
     elif cfg.pool == "gap":
@@ -68,6 +79,10 @@ def to_timm(params: dict[str, Any], cfg: ViTConfig) -> dict[str, np.ndarray]:
     if cfg.distilled:
         out["dist_token"] = p["dist"]
     out["pos_embed"] = p["pos_embedding"]
+    if cfg.registers:  # timm's no_embed_class layout (see the module docstring)
+        out["reg_token"] = p["reg"]
+        out["cls_token"] = p["cls"] + p["pos_embedding"][:, :1]
+        out["pos_embed"] = p["pos_embedding"][:, 1:]
     d = cfg.width
     out.update(blocks_to_timm(p, cfg))
     out["norm.weight"], out["norm.bias"] = p["encoder/norm/scale"], p["encoder/norm/bias"]
@@ -113,7 +128,12 @@ def from_timm(sd: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, Any]:
         p["cls"] = pop("cls_token")
     if cfg.distilled:
         p["dist"] = pop("dist_token")
+    if cfg.registers:
+        p["reg"] = pop("reg_token")
     p["pos_embedding"] = pop("pos_embed")
+    if cfg.pool == "token" and p["pos_embedding"].shape[1] == cfg.num_patches:  # timm's no_embed_class layout
+        row = np.zeros_like(p["pos_embedding"][:, :cfg.num_prefix_tokens])
+        p["pos_embedding"] = np.concatenate([row, p["pos_embedding"]], 1)
     p.update(blocks_from_timm(pop, cfg))
     p["encoder/norm/scale"], p["encoder/norm/bias"] = pop("norm.weight"), pop("norm.bias")
     if cfg.pool == "map":
@@ -157,7 +177,8 @@ def save_timm(path: str, params: dict[str, Any], cfg: ViTConfig) -> None:
     meta = {"format": "pt", "timm_kwargs": json.dumps(timm_kwargs(cfg)), "vit_jax_config": json.dumps(
         {"variant_name": cfg.name, **{f: getattr(cfg, f) for f in ("image_size", "patch_size", "width", "depth",
                                                                   "mlp_dim", "num_heads", "pool", "num_classes",
-                                                                  "gelu", "distilled")}})}
+                                                                  "gelu", "distilled", "layer_scale", "registers",
+                                                                  "ffn")}})}
     if cfg.distilled:  # the class those arguments build: timm.models.deit's, which takes the same arguments
         meta["timm_class"] = "VisionTransformerDistilled"
     save_file(to_timm(params, cfg), path, metadata=meta)
@@ -188,10 +209,17 @@ def infer_timm_config(sd: dict[str, np.ndarray], meta: dict[str, Any] | None = N
         return vit_config(**meta)
     width, _, ph, pw = sd["patch_embed.proj.weight"].shape
     depth = len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
-    mlp = sd["blocks.0.mlp.fc1.weight"].shape[0]
+    # SwiGLUPacked's fc1 holds gate and value rows: twice fc2's input width (a GELU MLP's are equal).
+    fc1_rows, mlp = sd["blocks.0.mlp.fc1.weight"].shape[0], sd["blocks.0.mlp.fc2.weight"].shape[1]
+    ffn = "swiglu" if fc1_rows == 2 * mlp else "mlp"
     pool = "token" if "cls_token" in sd else ("map" if "attn_pool.latent" in sd else "gap")
     distilled = "dist_token" in sd  # timm's VisionTransformerDistilled (deit_*_distilled_*)
-    n = sd["pos_embed"].shape[1] - (1 if pool == "token" else 0) - int(distilled)
+    registers = sd["reg_token"].shape[1] if "reg_token" in sd else 0
+    rows = sd["pos_embed"].shape[1]
+    prefix = (1 if pool == "token" else 0) + int(distilled)
+    # timm's no_embed_class models (DINOv2 with registers, DeiT III) have no prefix rows; a table cannot be both a
+    # square and a square plus prefix rows (but for the empty grid), so the shape says which.
+    n = rows - prefix if _is_square(rows - prefix) else rows
     g = int(round(n**0.5))
     if g * g != n:
         raise CheckpointMismatchError("cannot infer a square image size from timm pos_embed; pass a config")
@@ -200,7 +228,14 @@ def infer_timm_config(sd: dict[str, np.ndarray], meta: dict[str, Any] | None = N
     from vit_jax.models.config import SIZES
 
     heads = next((s["num_heads"] for s in SIZES.values() if s["width"] == width), max(width // 64, 1))
+    # LayerScale's initial gamma is not in the file (only the trained one): DINOv2's 1e-5 is recorded, which only
+    # matters to a run that trains from this config's fresh initialisation.
+    layer_scale = 1e-5 if "blocks.0.ls1.gamma" in sd else 0.0
     # Without our metadata the file is timm's own: its VisionTransformer defaults to the exact (erf) GELU.
     return vit_config(width=width, depth=depth, mlp_dim=mlp, num_heads=heads, patch_size=(ph, pw), pool=pool,
                       image_size=(g * ph, g * pw), num_classes=sd["head.weight"].shape[0] if "head.weight" in sd else 0,
-                      gelu="erf", distilled=distilled)
+                      gelu="erf", distilled=distilled, layer_scale=layer_scale, registers=registers, ffn=ffn)
+
+
+def _is_square(n: int) -> bool:
+    return n > 0 and int(round(n**0.5)) ** 2 == n

@@ -1,7 +1,10 @@
 """timm's tensor layouts shared by its ViT and SAM-ViT state dicts: conv/linear transposes and the encoder blocks.
 
 PyTorch: Linear weight (out, in), Conv2d weight (out, in, kh, kw); ours: (in, out) and (kh, kw, in, out). Blocks are
-`blocks.{i}.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/mlp.fc2.*` there and stacked `encoder/blocks/*` here.
+`blocks.{i}.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/mlp.fc2.*` there and stacked `encoder/blocks/*` here; DINOv2's
+options add `blocks.{i}.ls1.gamma`/`ls2.gamma` (LayerScale, ours `ls1/gamma`) and, for SwiGLU, timm's packed
+`mlp.fc1` of (2 * mlp, embed) rows [gate; value] (SwiGLUPacked: silu of the first half times the second; ours
+`mlp/gate` and `mlp/value`).
 """
 
 from __future__ import annotations
@@ -36,9 +39,13 @@ def blocks_to_timm(p: dict[str, np.ndarray], cfg: ViTConfig) -> dict[str, np.nda
         out[f"{t}.attn.proj.weight"] = np.ascontiguousarray(p[f"{b}/attn/out/kernel"][i].reshape(d, d).T)
         out[f"{t}.attn.proj.bias"] = p[f"{b}/attn/out/bias"][i]
         out[f"{t}.norm2.weight"], out[f"{t}.norm2.bias"] = p[f"{b}/ln2/scale"][i], p[f"{b}/ln2/bias"][i]
-        for fc in ("fc1", "fc2"):
-            out[f"{t}.mlp.{fc}.weight"] = linear_to_torch(p[f"{b}/mlp/{fc}/kernel"][i])
-            out[f"{t}.mlp.{fc}.bias"] = p[f"{b}/mlp/{fc}/bias"][i]
+        fc1 = ("gate", "value") if cfg.ffn == "swiglu" else ("fc1",)
+        out[f"{t}.mlp.fc1.weight"] = np.concatenate([linear_to_torch(p[f"{b}/mlp/{n}/kernel"][i]) for n in fc1])
+        out[f"{t}.mlp.fc1.bias"] = np.concatenate([p[f"{b}/mlp/{n}/bias"][i] for n in fc1])
+        out[f"{t}.mlp.fc2.weight"] = linear_to_torch(p[f"{b}/mlp/fc2/kernel"][i])
+        out[f"{t}.mlp.fc2.bias"] = p[f"{b}/mlp/fc2/bias"][i]
+        for ls in ("ls1", "ls2") if cfg.layer_scale else ():
+            out[f"{t}.{ls}.gamma"] = p[f"{b}/{ls}/gamma"][i]
     return out
 
 
@@ -64,7 +71,15 @@ def blocks_from_timm(pop, cfg: ViTConfig) -> dict[str, np.ndarray]:
         add("attn/out/bias", pop(f"{t}.attn.proj.bias"))
         add("ln2/scale", pop(f"{t}.norm2.weight"))
         add("ln2/bias", pop(f"{t}.norm2.bias"))
-        for fc in ("fc1", "fc2"):
-            add(f"mlp/{fc}/kernel", pop(f"{t}.mlp.{fc}.weight").T)
-            add(f"mlp/{fc}/bias", pop(f"{t}.mlp.{fc}.bias"))
+        fc1_w, fc1_b = pop(f"{t}.mlp.fc1.weight"), pop(f"{t}.mlp.fc1.bias")
+        if cfg.ffn == "swiglu":  # timm's packed rows: [gate; value]
+            m = cfg.mlp_dim
+            add("mlp/gate/kernel", fc1_w[:m].T), add("mlp/gate/bias", fc1_b[:m])
+            add("mlp/value/kernel", fc1_w[m:].T), add("mlp/value/bias", fc1_b[m:])
+        else:
+            add("mlp/fc1/kernel", fc1_w.T), add("mlp/fc1/bias", fc1_b)
+        add("mlp/fc2/kernel", pop(f"{t}.mlp.fc2.weight").T)
+        add("mlp/fc2/bias", pop(f"{t}.mlp.fc2.bias"))
+        for ls in ("ls1", "ls2") if cfg.layer_scale else ():
+            add(f"{ls}/gamma", pop(f"{t}.{ls}.gamma"))
     return {f"encoder/blocks/{key}": np.stack(values) for key, values in per_block.items()}

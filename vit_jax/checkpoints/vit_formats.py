@@ -23,6 +23,11 @@ def export(cfg: ViTConfig, params: dict[str, Any], dst: str,
         raise formats.ExportError(f"{cfg.name} has DeiT's distillation token (model.distilled), which the "
                                   f"{request.to} .npz layout cannot hold: export it with --to timm (timm's "
                                   "deit_*_distilled_* layout)")
+    dinov2 = [f for f, on in (("layer_scale", cfg.layer_scale), ("registers", cfg.registers),
+                              ("ffn='swiglu'", cfg.ffn == "swiglu")) if on]
+    if dinov2 and request.to != "timm":  # the .npz layouts have no LayerScale, register or SwiGLU arrays
+        raise formats.ExportError(f"{cfg.name} uses DINOv2's model.{', model.'.join(dinov2)}, which the {request.to} "
+                                  ".npz layout cannot hold: export it with --to timm (timm's vit_*_dinov2 layout)")
     changes: dict[str, Any] = {}
     if request.image_size:
         changes["image_size"] = request.image_size
