@@ -113,7 +113,7 @@ def default_config() -> ml_collections.ConfigDict:
         checkpoint="",  # .npz (official/big_vision), timm .safetensors, or one of our run dirs
         required=False,  # True (fine-tuning configs): starting without init.checkpoint is an error, not random init
         reinit=("head",),  # parameters that keep their fresh init when fine-tuning
-        posemb_resize="bicubic",  # bicubic | bilinear
+        posemb_resize="bicubic",  # bicubic | bilinear | dinov2 (DINOv2's offset bicubic)
     )
     # Steps whose loss, gradients, update or new parameters are not finite are skipped (the state is kept); after
     # max_consecutive such steps in a row the run stops, saving the last good state. loss_spike_factor > 0 also
@@ -208,7 +208,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
                "optimizer.schedule": ("cosine", "linear", "rsqrt", "staircase", "constant"),
                "optimizer.decay_mask": ("kernels", "all", "none"),
                "loss.kind": ("softmax_xent", "sigmoid_xent"), "optimizer.mu_dtype": ("float32", "bfloat16"),
-               "init.posemb_resize": ("bicubic", "bilinear"), "objective": tuple(objectives.OBJECTIVES)}
+               "init.posemb_resize": ("bicubic", "bilinear", "dinov2"), "objective": tuple(objectives.OBJECTIVES)}
     for key, allowed in choices.items():
         if given[key] not in allowed:
             raise ConfigError(f"config key '{key}' is {given[key]!r}; choose one of {', '.join(allowed)}")
