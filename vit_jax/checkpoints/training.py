@@ -38,6 +38,9 @@ from vit_jax.storage.remote import is_url
 ITEMS = ("state", "data", "meta")
 COMMIT_MARKER = "commit_success.txt"  # Orbax writes it into every finished step and item folder
 DAMAGED_SUFFIX = ".damaged"
+# The train-state key of a run's EMA weights (train/ema.py): when a run keeps them, they are its weights for
+# everything that loads it (load_state_from_run's "params"); resuming restores both.
+EMA_PARAMS = "ema_params"
 SAVE_FAILED_EXIT_CODE = 74  # EX_IOERR: a checkpoint could not be written; earlier ones are intact
 
 
@@ -402,13 +405,20 @@ def load_params_from_run(path: str, shapes: Any = None) -> tuple[Any, dict[str, 
 def load_state_from_run(path: str, shapes: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """Parts of one of our checkpoints' train state (numpy, on this host): `shapes` maps state keys ("params",
     "extra": a training objective's extra state) to pytrees of arrays' shapes; "params": None means the parameters
-    of the model the checkpoint's architecture describes."""
+    of the model the checkpoint's architecture describes. A run that keeps EMA weights gives those as "params"."""
     from vit_jax.models.build import build_model
 
     step_dir = _step_dir(path)
-    cfg = model_config_from_meta(load_run_metadata(str(step_dir)))
+    meta = load_run_metadata(str(step_dir))
+    cfg = model_config_from_meta(meta)
     if "params" in shapes and shapes["params"] is None:
         shapes = {**shapes, "params": build_model(cfg).shapes}
+    # A run with EMA weights (ema.decay > 0) is loaded as those weights: they are what it evaluated and shipped.
+    # A caller asking for both keys (a test, a tool comparing them) gets each as saved.
+    ema = ("params" in shapes and EMA_PARAMS not in shapes
+           and bool(meta.get("config", {}).get("ema", {}).get("decay")))
+    if ema:
+        shapes = {EMA_PARAMS if k == "params" else k: v for k, v in shapes.items()}
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)
@@ -423,7 +433,8 @@ def load_state_from_run(path: str, shapes: dict[str, Any]) -> tuple[Any, dict[st
                 raise CheckpointError(f"checkpoint {step_dir} cannot be restored: {reason}") from e
     if reason is not None:  # raised outside the except clause: TensorStore's pages stay out of the traceback
         raise CheckpointError(f"checkpoint {step_dir} cannot be restored: {reason}")
-    return cfg, jax.tree.map(np.asarray, out)
+    out = jax.tree.map(np.asarray, out)
+    return cfg, ({"params" if k == EMA_PARAMS else k: v for k, v in out.items()} if ema else out)
 
 
 def model_meta(cfg: Any) -> dict:

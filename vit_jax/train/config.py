@@ -119,6 +119,9 @@ def default_config() -> ml_collections.ConfigDict:
     # max_consecutive such steps in a row the run stops, saving the last good state. loss_spike_factor > 0 also
     # skips a step whose loss exceeds that many times the running average of the accepted losses.
     c.nan_guard = dict(max_consecutive=10, loss_spike_factor=0.0)
+    # decay > 0: keep an exponential moving average of the weights (train/ema.py; DeiT: 0.99996), which the run's
+    # evaluators read and `vit-jax eval` / `predict` load as the run's weights. 0: none.
+    c.ema = dict(decay=0.0)
     c.distributed = dict(
         coordinator="",  # host:port; '' = auto-detect (TPU pod, SLURM) or single process
         num_processes=0, process_id=-1,
@@ -216,6 +219,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.optimizer.schedule == "staircase" and (not at or at != sorted(at) or not all(0 < f < 1 for f in at)):
         raise ConfigError(f"optimizer.staircase_at={tuple(at)}: the staircase schedule needs increasing fractions of "
                           "the training steps in (0, 1), e.g. (0.3, 0.6, 0.9)")
+    if not 0.0 <= config.ema.decay < 1.0:
+        raise ConfigError(f"ema.decay={config.ema.decay}: give the EMA's decay per step in [0, 1), e.g. 0.9999 "
+                          "(DeiT: 0.99996; 0 = no EMA)")
     if not 0.0 <= config.optimizer.layer_decay <= 1.0:
         raise ConfigError(f"optimizer.layer_decay={config.optimizer.layer_decay}: give a factor in (0, 1), e.g. 0.75 "
                           "(0 or 1: off)")

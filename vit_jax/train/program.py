@@ -23,6 +23,7 @@ from vit_jax.parallel import mesh as mesh_lib
 from vit_jax.parallel.distributed import SyncedJit
 from vit_jax.runtime import jit_once
 from vit_jax.train import config as config_lib
+from vit_jax.train.ema import EMA_PARAMS, weights
 from vit_jax.train.objectives import Objective, make_objective, objective_class
 from vit_jax.train.optimizer import make_optimizer, make_schedule
 from vit_jax.train.step import init_state, make_train_step
@@ -49,9 +50,10 @@ class TrainProgram:
 
     def init_state(self, seed: int, params: Any | None = None) -> dict[str, Any]:
         """Fresh state straight into its shardings (no host copy); or around given (already sharded) params."""
-        spike = bool(self.config.nan_guard.loss_spike_factor)
+        spike, ema = bool(self.config.nan_guard.loss_spike_factor), bool(self.config.ema.decay)
         base_sh = {k: v for k, v in self.state_sh.items() if k != "extra"}
-        make = jit_once(lambda k, p: init_state(p, self.tx, jax.random.key_data(k), spike), out_shardings=base_sh)
+        make = jit_once(lambda k, p: init_state(p, self.tx, jax.random.key_data(k), spike, ema),
+                        out_shardings=base_sh)
         fresh = self._fresh(seed, params)
         return {**make(jax.random.fold_in(jax.random.key(seed), 1), fresh["params"]),
                 **({"extra": fresh["extra"]} if "extra" in fresh else {})}
@@ -76,8 +78,9 @@ class TrainProgram:
         return {"params": params, "extra": extra}
 
     def eval_view(self, state: dict[str, Any]) -> Any:
-        """What the eval step reads of a train state: the parameters, and (params, extra) with extra state."""
-        return state["params"] if self.extra_sh is None else (state["params"], state["extra"])
+        """What the eval step reads of a train state: the run's weights (the parameters, or their EMA when the run
+        keeps one: train/ema.py), and (weights, extra) with extra state."""
+        return weights(state) if self.extra_sh is None else (weights(state), state["extra"])
 
     def init_params_host(self, seed: int) -> Any:
         """The fresh parameters on the host (fine-tuning surgery merges pretrained weights into them)."""
@@ -124,12 +127,15 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
     tx = make_optimizer(c.optimizer, schedule, model.shapes)
 
     param_sh = mesh_lib.tree_shardings(model.logical_axes, model.shapes, mesh)
-    spike = float(c.nan_guard.loss_spike_factor)
-    abstract = jax.eval_shape(lambda p: init_state(p, tx, jax.random.key_data(jax.random.key(0)), bool(spike)),
-                              model.shapes)
+    spike, ema_decay = float(c.nan_guard.loss_spike_factor), float(c.ema.decay)
+    abstract = jax.eval_shape(
+        lambda p: init_state(p, tx, jax.random.key_data(jax.random.key(0)), bool(spike), bool(ema_decay)),
+        model.shapes)
     rep = mesh_lib.replicated(mesh)
     state_sh = {k: rep for k in abstract}
     state_sh["params"] = param_sh
+    if ema_decay:
+        state_sh[EMA_PARAMS] = param_sh
     state_sh["opt_state"] = mesh_lib.shardings_like_params(abstract["opt_state"], param_sh, model.shapes, mesh)
     extra_sh = None
     extra_shapes = objective.extra_shapes()
@@ -151,7 +157,8 @@ def build_program(config: ml_collections.ConfigDict, num_classes: int, durations
 
         return wrapped
 
-    step_fn = make_train_step(objective, tx, schedule, micro_batches=c.micro_batches, loss_spike_factor=spike)
+    step_fn = make_train_step(objective, tx, schedule, micro_batches=c.micro_batches, loss_spike_factor=spike,
+                              ema_decay=ema_decay)
     train_step = jax.jit(with_hints(step_fn), in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, rep),
                          donate_argnums=0)
     eval_step = SyncedJit(jax.jit(with_hints(objective.eval_step()), in_shardings=(eval_view_sh, batch_sh),

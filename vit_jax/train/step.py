@@ -1,8 +1,9 @@
 """The jitted train step (a pure function of state and batch; sharding is applied by the caller). Eval steps: eval/steps.py.
 
 Train state: {"params", "opt_state", "step", "rng" (key data of the run's seed), "skipped", "consecutive_skips"}
-(and "loss_ema" with the loss-spike guard; "extra", the objective's extra state, when it has one: read by the loss,
-not differentiated, updated by the objective after each applied step).
+(and "loss_ema" with the loss-spike guard; "ema_params", the EMA of the weights, with ema.decay > 0: train/ema.py;
+"extra", the objective's extra state, when it has one: read by the loss, not differentiated, updated by the
+objective after each applied step).
 All randomness of step s comes from fold_in(seed key, s), so a resumed run replays exactly the same dropout and
 mixup masks (and MAE's patch masks) as an uninterrupted one.
 """
@@ -15,13 +16,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from vit_jax.train.ema import EMA_PARAMS, ema_update, init_ema
 from vit_jax.train.objectives import Objective
 
 
 def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.Array,
-               loss_spike_guard: bool = False) -> dict[str, Any]:
+               loss_spike_guard: bool = False, ema: bool = False) -> dict[str, Any]:
     """`rng_key_data`: raw key data (uint32) of the training key; stored so a checkpoint is self-contained.
-    `loss_spike_guard`: also keep the running average of the loss the spike guard compares with."""
+    `loss_spike_guard`: also keep the running average of the loss the spike guard compares with. `ema`: also keep
+    an EMA of the parameters (train/ema.py), starting as their copy."""
     state = {
         "params": params,
         "opt_state": tx.init(params),
@@ -32,14 +35,17 @@ def init_state(params: Any, tx: optax.GradientTransformation, rng_key_data: jax.
     }
     if loss_spike_guard:
         state["loss_ema"] = jnp.zeros((), jnp.float32)
+    if ema:
+        state[EMA_PARAMS] = init_ema(params)
     return state
 
 
 def make_train_step(objective: Objective, tx: optax.GradientTransformation, schedule: Callable, *,
-                    micro_batches: int = 1, loss_spike_factor: float = 0.0) -> Callable:
+                    micro_batches: int = 1, loss_spike_factor: float = 0.0, ema_decay: float = 0.0) -> Callable:
     """The train step of `objective` (train/objectives/: it brings the model, the loss and any extra state). `loss_spike_factor` > 0
     also skips a step whose loss exceeds that many times the running average of the accepted losses (the state then
-    carries `loss_ema`: see init_state)."""
+    carries `loss_ema`: see init_state). `ema_decay` > 0: the state's EMA of the parameters follows each applied
+    step (init_state(ema=True))."""
     aux_fn = objective.loss_aux  # the loss returns (loss, aux) for update_extra (e.g. DINO's teacher centre)
     value_and_grad = jax.value_and_grad(objective.loss, has_aux=aux_fn)
 
@@ -100,6 +106,9 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation, sche
             updated = (objective.update_extra(extra, new_params, new_state["step"], aux) if aux_fn
                        else objective.update_extra(extra, new_params, new_state["step"]))
             new_state["extra"] = keep_if_finite(updated, extra)
+        if ema_decay:  # the EMA of the weights follows the applied update; a skipped step leaves it
+            new_state[EMA_PARAMS] = keep_if_finite(ema_update(state[EMA_PARAMS], new_params, ema_decay),
+                                                   state[EMA_PARAMS])
         if loss_spike_factor:  # the average the next step's loss is compared with (skipped steps do not count)
             ema = state["loss_ema"]
             new_state["loss_ema"] = jnp.where(finite, jnp.where(ema == 0, loss, 0.9 * ema + 0.1 * loss), ema)

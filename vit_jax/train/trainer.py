@@ -26,6 +26,7 @@ from vit_jax.train import hooks as hooks_lib
 from vit_jax.train import objectives
 from vit_jax.train import workdir as wd
 from vit_jax.train.metrics import TPU_CORES, MetricWriter, device_peak_flops, table_lookup
+from vit_jax.train.ema import weights
 from vit_jax.train.program import build_program
 
 
@@ -231,7 +232,7 @@ class Trainer:
         ctx = hooks_lib.HookContext(
             config=c, workdir=self.workdir, durations=self.dur, start_step=self.start_step,
             train_examples=self.train_examples, dataset=self.ds, program=self.program, hardware=self.hardware,
-            progress=self.progress, params=lambda: self.state["params"],
+            progress=self.progress, params=lambda: weights(self.state),
             eval_params=lambda: self.program.eval_view(self.state), save_checkpoint=self.save_checkpoint)
         hooks = self._hooks = hooks_lib.default_hooks(ctx, writer)
         for hook in hooks:
