@@ -4,7 +4,7 @@ distillation token.
 
     python -m vit_jax.main --config=configs/deit.py:variant=S --workdir=...
     python -m vit_jax.main --config=configs/deit.py:variant=B,distill=hard,teacher=/path/regnety_160.safetensors ...
-    args: variant=Ti|S|B, distill=none|hard|soft, teacher=CHECKPOINT, epochs=300
+    args: variant=Ti|S|B, distill=none|hard|soft, teacher=CHECKPOINT, epochs=300, ema=0
 
 The recipe is the paper's Table 9 (DeiT-B column; Ti and S use the same): batch 1024 (1032 here, see below), AdamW
 with lr 5e-4 x batch / 512 (~1e-3), weight decay 0.05, 5 warmup epochs, cosine decay, label smoothing 0.1, no
@@ -12,7 +12,8 @@ dropout, stochastic depth 0.1, repeated augmentation (3 copies), RandAugment m9 
 switched per batch with probability 0.5 (timm's Mixup defaults in DeiT's main.py), random erasing 0.25, no gradient
 clipping, no EMA, 224 px, class token and learned position embeddings. Reported top-1 on ImageNet-1k val at 224 px:
 DeiT-Ti 72.2%, DeiT-S 79.8%, DeiT-B 81.8%; with hard distillation from RegNetY-16GF (82.9%) through the
-distillation token: 74.5% / 81.2% / 83.4% (Table 5).
+distillation token: 74.5% / 81.2% / 83.4% (Table 5). ema=0.99996 keeps DeiT's main.py `--model-ema` (its default
+decay) as EMA weights, which are then what the run evaluates and ships (train/ema.py).
 
 Distillation (distill=hard|soft) adds the distillation token (model.distilled: two heads, averaged to predict) and
 the `distillation` objective: `hard` is the paper's best (alpha 0.5: half cross-entropy with the labels on the class
@@ -30,10 +31,11 @@ WIDTHS = {"Ti": (192, 3), "S": (384, 6), "B": (768, 12)}  # width, heads; depth 
 
 
 def get_config(arg=None):
-    a = parse_config_args(arg, {"variant": "S", "distill": "none", "teacher": "", "epochs": "300"})
+    a = parse_config_args(arg, {"variant": "S", "distill": "none", "teacher": "", "epochs": "300", "ema": "0"})
     if a["variant"] not in WIDTHS:
         raise ValueError(f"variant={a['variant']}: DeiT comes as Ti, S or B")
     c = default_config()
+    c.ema.decay = float(a["ema"])
     c.model.variant = f"{a['variant']}/16"
     c.model.image_size = 224
     c.model.dtype = "bfloat16"

@@ -19,10 +19,18 @@ TINY = {"model.width": 32, "model.depth": 1, "model.mlp_dim": 64, "model.num_hea
         "checkpoint.every_steps": 1, "eval.every_steps": 3, "optimizer.lr": 1e-2, "ema.decay": DECAY}
 
 
-def test_a_bad_decay_is_one_line(digits_data_dir):
+def test_a_bad_decay_is_one_line_and_deit_takes_its_decay(digits_data_dir):
     for decay in (1.0, -0.1):
         with pytest.raises(ConfigError, match=r"ema.decay=.*give the EMA's decay per step in \[0, 1\)"):
             validate(demo_config(digits_data_dir, **{**TINY, "ema.decay": decay}))
+    from tests.train.helpers import ROOT
+    from vit_jax.train.config import config_module
+
+    deit = config_module(ROOT / "configs" / "deit.py")
+    assert deit.get_config("variant=Ti").ema.decay == 0.0  # Table 9: no EMA
+    c = deit.get_config("variant=Ti,ema=0.99996")  # DeiT's main.py --model-ema
+    validate(c)
+    assert c.ema.decay == 0.99996
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +94,6 @@ def test_a_resumed_run_keeps_the_same_ema_bit_for_bit(run, tmp_path):
     shapes = trainer.program.model.shapes
     for a, b in zip(saved(workdir, shapes), saved(tmp_path, shapes)):
         jax.tree.map(np.testing.assert_array_equal, a, b)
+    # Turning EMA off (or on) in a run's workdir is refused before any restore: the state would not match.
+    with pytest.raises(ConfigError, match=r"ema.decay=0.6, this config has ema.decay=0.0"):
+        Trainer(demo_config(c.data.data_dir, **{**TINY, "ema.decay": 0.0}), str(tmp_path))

@@ -131,6 +131,11 @@ class Trainer:
             raise config_lib.ConfigError(
                 f"{self.workdir} holds a run of objective '{old}' with other "
                 f"settings than this config's (objective{f', {group}.*' if group else ''}); use a new --workdir")
+        had_ema = float(before.get("ema", {}).get("decay", 0.0))
+        if bool(had_ema) != bool(c.ema.decay):  # the state has (or lacks) EMA weights: it would not restore
+            raise config_lib.ConfigError(
+                f"{self.workdir} holds a run with ema.decay={had_ema}, this config has ema.decay={c.ema.decay} "
+                "(EMA weights on in one and off in the other); keep the run's ema.decay or use a new --workdir")
         recorded, mine = meta.get("model", {}), model_meta(self.model_cfg)
         if recorded != mine:
             differ = sorted(k for k in {*recorded, *mine} if recorded.get(k) != mine.get(k))
