@@ -10,7 +10,7 @@ from vit_jax.checkpoints.surgery import adapt_params
 from vit_jax.models.build import build_model
 from vit_jax.models.video_config import video_config
 from vit_jax.models.vjepa import VJEPAConfig, block_union, mask_order
-from vit_jax.train.objectives.vjepa import ENCODER, VJEPA
+from vit_jax.train.objectives.vjepa import ENCODER, VJEPA, target_spread
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +67,22 @@ def test_the_pretrained_encoder_fine_tunes_as_a_video_classifier(objective):
                                 reinit=("head", "predictor"))
     assert np.array_equal(tuned["embedding"]["kernel"], params["embedding"]["kernel"])
     assert "predictor" not in tuned and tuned["head"]["kernel"].shape == (32, 5)
+
+
+def test_target_spread_is_the_mean_std_across_clips_and_zero_for_identical_clips(objective):
+    # (B=3, N=1, D=2): rows 0 and 1 count, row 2 is padding. Channel 0: 0 and 2 (std 1); channel 1: 0 and 4 (std 2).
+    targets = jnp.asarray([[[0.0, 0.0]], [[2.0, 4.0]], [[100.0, -100.0]]])
+    assert float(target_spread(targets, jnp.asarray([1.0, 1.0, 0.0]))) == pytest.approx(1.5)
+    assert float(target_spread(targets, jnp.asarray([1.0, 0.0, 0.0]))) == 0.0  # one clip: no spread
+    # Through the evaluator: a batch of one clip repeated has target std 0 (what a collapsed encoder reports for any
+    # batch); distinct clips give a spread of order 1 (the targets are layer-normalised per token).
+    o, params = objective
+    extra = o.init_extra(jax.random.key(0), params)
+    step = jax.jit(o.eval_step())
+    clips = o.synthetic_batch(jax.random.key(1), 4)["image"]
+    mask = jnp.ones((4,), bool)
+    same = step((params, extra), {"image": jnp.broadcast_to(clips[:1], clips.shape), "_mask": mask})
+    distinct = step((params, extra), {"image": clips, "_mask": mask})
+    assert float(same["target_std"]) == pytest.approx(0.0, abs=1e-5)
+    assert 0.1 < float(distinct["target_std"]) / 4 < 2.0  # the step sums over the counted clips
+    assert float(distinct["count"]) == 4.0

@@ -3,7 +3,7 @@ recipe). The extra state is the target encoder: a copy of the encoder at step 0 
 it with a momentum rising linearly from ema_start to ema_end over the run. The loss is the mean absolute error
 between the predictor's output and the target encoder's layer-normalised features at the masked tokens, averaged
 over the two mask types (short- and long-range blocks). Its evaluator reports that loss on the eval split with masks
-fixed across evaluations."""
+fixed across evaluations, and the target features' spread across clips (`eval/target_std`, the collapse check)."""
 
 from __future__ import annotations
 
@@ -85,9 +85,13 @@ class VJEPA(Objective):
         short, long = self.orders(key, batch["image"].shape[0])
         return {"image": batch["image"], "short": short, "long": long}
 
-    def per_example_loss(self, params, extra, clips, orders, rng=None):
-        target_model = self.model.bind({**params, **jax.lax.stop_gradient(extra)})
-        targets = target_model.targets(clips)  # (B, N, D)
+    def targets(self, params, extra, clips):
+        """The target encoder's layer-normalised features of every token (B, N, D), without gradient."""
+        return self.model.bind({**params, **jax.lax.stop_gradient(extra)}).targets(clips)
+
+    def per_example_loss(self, params, extra, clips, orders, rng=None, targets=None):
+        if targets is None:
+            targets = self.targets(params, extra, clips)
         model = self.model.bind(params)
         losses = []
         for i, order in enumerate(orders):
@@ -107,15 +111,31 @@ class VJEPA(Objective):
             clips = batch["image"]
             orders = self.orders(jax.random.key(EVAL_MASK_KEY), clips.shape[0])
             mask = batch["_mask"].astype(jnp.float32)
-            loss = self.per_example_loss(params, extra, clips, orders)
-            return {"count": mask.sum(), "vjepa_loss": (loss * mask).sum()}
+            targets = self.targets(params, extra, clips)
+            loss = self.per_example_loss(params, extra, clips, orders, targets=targets)
+            return {"count": mask.sum(), "vjepa_loss": (loss * mask).sum(),
+                    "target_std": target_spread(targets, mask) * mask.sum()}
 
         return eval_step
 
     def report(self, result, config):
-        loss = result["vjepa_loss"]
-        return EvalReport({"eval/vjepa_loss": loss, "eval/count": result["count"]}, "eval/vjepa_loss", False,
-                          f"V-JEPA loss {loss:.4f} | {int(result['count'])} examples")
+        loss, spread = result["vjepa_loss"], result["target_std"]
+        return EvalReport({"eval/vjepa_loss": loss, "eval/target_std": spread, "eval/count": result["count"]},
+                          "eval/vjepa_loss", False,
+                          f"V-JEPA loss {loss:.4f} | target std {spread:.4f} | {int(result['count'])} examples")
+
+
+def target_spread(targets: jax.Array, mask: jax.Array) -> jax.Array:
+    """The collapse check: the standard deviation of the target features across the batch's clips (rows where
+    `mask` is 1), at each token position and channel, averaged. The targets are layer-normalised per token, so a
+    healthy encoder gives a value of order 1; 0 means the target encoder maps every clip to the same features (full
+    collapse, or features that only encode the position), the trivial solution V-JEPA's EMA and predictor must
+    avoid."""
+    w = mask[:, None, None]
+    n = jnp.maximum(mask.sum(), 1.0)
+    mean = (targets * w).sum(0) / n
+    var = (jnp.square(targets - mean) * w).sum(0) / n
+    return jnp.sqrt(var).mean()
 
 
 vjepa_config = VJEPA.settings_of  # config -> VJEPAConfig
