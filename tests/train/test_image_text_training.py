@@ -182,3 +182,43 @@ def test_predict_writes_embeddings_and_zero_shot_logits_of_the_run_and_of_its_np
     assert convert.main(["--checkpoint", str(workdir), "--output", npz, "--to", "siglip"]) == 0
     assert predict.main(["--checkpoint", npz, "--images", str(tmp_path / "images.npy"), "--output", out2]) == 0
     np.testing.assert_allclose(np.load(out2), zimg, atol=1e-5)
+
+
+def test_the_run_keeps_its_tokenizer_so_predict_and_eval_work_without_the_cache(run, tmp_path, monkeypatch):
+    """The demo tokenizer is copied into the workdir when the run starts and recorded in its metadata; with the cache
+    it came from gone (another machine, a cleaned home) and a new process's view, `vit-jax predict --texts` and
+    `vit-jax eval` of the run read the workdir's copy: the run's own ids and figures, nothing retrained."""
+    import hashlib
+    import json
+
+    from vit_jax.checkpoints.training import load_run_metadata
+    from vit_jax.commands import eval as eval_command
+    from vit_jax.commands import predict
+
+    workdir, summary, c, trainer = run
+    copy = workdir / text_ops.RUN_TOKENIZER
+    assert load_run_metadata(str(workdir))["run_files"] == {
+        text_ops.RUN_TOKENIZER: {"tokenizer": "digits", "sha256": hashlib.sha256(copy.read_bytes()).hexdigest()}}
+    gone = tmp_path / "deleted_cache"
+    monkeypatch.setenv("VIT_JAX_CACHE", str(gone))
+    text_ops.forget_run_tokenizers()
+
+    texts = ["a photo of the digit seven.", "nought"]
+    (tmp_path / "texts.txt").write_text("\n".join(texts))
+    np.save(tmp_path / "images.npy", np.zeros((2, 16, 16, 3), np.float32))
+    out = str(tmp_path / "emb.npy")
+    assert predict.main(["--checkpoint", str(workdir), "--images", str(tmp_path / "images.npy"), "--output", out,
+                         "--texts", str(tmp_path / "texts.txt")]) == 0
+    tokens = text_ops.Tokenizer(str(copy))(texts, c.siglip.text_max_len)
+    state = jax.device_get({"params": trainer.state["params"], "extra": trainer.state["extra"]})
+    _, ztxt, _, _ = jax.jit(trainer.program.objective.embed)(state["params"], state["extra"],
+                                                             np.zeros((2, 16, 16, 3), np.float32), tokens)
+    np.testing.assert_allclose(np.load(tmp_path / "emb_texts.npy"), ztxt, atol=1e-5)
+
+    text_ops.forget_run_tokenizers()
+    result = tmp_path / "eval.json"
+    assert eval_command.main(["--checkpoint", str(workdir / "checkpoints" / "2"), "--output", str(result)]) == 0
+    figures = json.loads(result.read_text())
+    for key in ("eval/zeroshot_top1", "eval/i2t_recall@1", "eval/t2i_recall@5"):
+        assert figures[key] == pytest.approx(summary["final"][key], abs=2 / 360), key  # another mesh: near-ties
+    assert not gone.exists()  # nothing was trained into (or read from) a cache

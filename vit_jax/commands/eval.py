@@ -121,6 +121,8 @@ def _objective_eval(path: str, recorded: dict, cfg, params, mesh, dataset: str, 
         raise SystemExit(f"error: {path} is a run of objective '{name}', which this version of vit_jax does not "
                          f"know ({', '.join(OBJECTIVES)}); evaluate it with --fewshot")
     config = ml_collections.ConfigDict(recorded) if recorded else default_config()
+    if params is None:  # a run: the files it keeps (its tokenizer) are used from its workdir
+        OBJECTIVES[name].keep_with_run(config, path, write=False)
     objective = OBJECTIVES[name].from_config(config, cfg)
     # The run's own op modules (data.pp_modules, e.g. the image-text ops), which its eval op string may name.
     pipeline.pp_lib.load_modules(tuple(config.get("data", {}).get("pp_modules", ()) or ()))

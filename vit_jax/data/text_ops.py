@@ -9,8 +9,14 @@ A config that trains on image-text pairs names this module in `data.pp_modules` 
   text id appended and kept when the text is cut ("sticky" EOS, as big_vision's SigLIP), then padded.
 
 The demo's tokenizer is trained by the project from the captions of the training templates only (sentencepiece's
-trainer, single-threaded so its output is the same on every machine) and cached beside the dataset files, keyed by
-a hash of its inputs; words of the held-out templates are split into pieces it knows (character coverage 1.0).
+trainer, single-threaded so its output is the same on every machine) and cached under $VIT_JAX_CACHE (default
+~/.cache/vit_jax), keyed by a hash of its inputs; words of the held-out templates are split into pieces it knows
+(character coverage 1.0).
+
+A run keeps its tokenizer: `keep_tokenizer_with_run` copies the model a config names ('digits' or a path) into the
+run's workdir (RUN_TOKENIZER) when the run first starts, and from then on that name means the workdir's copy in this
+process (the `tokenize` ops and the zero-shot prompts alike), for the run, its resumptions and `vit-jax eval` /
+`predict` of it: the run does not depend on the cache or on the original file staying where it was, or unchanged.
 """
 
 from __future__ import annotations
@@ -40,6 +46,11 @@ HELDOUT_TEMPLATES = ("a picture showing {}.", "this is the handwritten numeral {
 TEMPLATE_SETS = {"train": TRAIN_TEMPLATES, "heldout": HELDOUT_TEMPLATES}
 DEMO_VOCAB = 256
 DIGITS_TOKENIZER = "digits"
+RUN_TOKENIZER = "tokenizer.model"  # the run's copy of its tokenizer, in its workdir
+
+# The tokenizer of the run this process trains or evaluates: the name its config gives ('digits', a path) -> the
+# copy in the run's workdir. Set (keep_tokenizer_with_run) before the run's ops and prompts are built.
+_run_copies: dict[str, str] = {}
 
 
 class TokenizerError(UserError, ValueError):
@@ -87,18 +98,68 @@ def digits_tokenizer_path(cache_dir: str | None = None) -> str:
     return str(path)
 
 
+def tokenizer_source(name: str) -> str:
+    """Where the model a config names is outside any run: 'digits' -> the demo's (trained on first use), else the
+    path itself."""
+    return digits_tokenizer_path() if name == DIGITS_TOKENIZER else name
+
+
+def _model_bytes(path: str) -> bytes:
+    """The file's bytes (local or a bucket: sentencepiece itself reads local files only)."""
+    from etils import epath
+
+    file = epath.Path(path)
+    if not file.is_file():
+        raise TokenizerError(f"no SentencePiece model at {path}: give the path of a .model file (or 'digits')")
+    return file.read_bytes()
+
+
+def keep_tokenizer_with_run(name: str, run_dir: str, write: bool) -> dict[str, dict[str, str]]:
+    """Makes `name` ('digits' or a path; '' = none) mean the run's own copy, RUN_DIR/tokenizer.model, in this process,
+    and returns what the run's metadata records of it ({RUN_TOKENIZER: {tokenizer, sha256}}; {} without one).
+
+    A copy already there is the run's (a resumption, an evaluation) and is used as it is. Otherwise, with `write`
+    (the process that writes the run's files), the source is copied there first; without (an evaluation of an older
+    run, or another process of a multi-process run before process 0 wrote the copy) the source is used: the same
+    bytes."""
+    from etils import epath
+
+    if not name:
+        return {}
+    copy = epath.Path(run_dir) / RUN_TOKENIZER
+    if copy.exists():
+        used = str(copy)
+    else:
+        used = tokenizer_source(name)
+        if write:
+            data = _model_bytes(used)
+            tmp = copy.with_name(f"{RUN_TOKENIZER}.tmp{os.getpid()}")
+            tmp.write_bytes(data)
+            tmp.rename(copy)  # whole or absent: a reader never sees half a model
+            used = str(copy)
+    _run_copies[name] = used
+    load_tokenizer.cache_clear()  # ops and prompts built from now on read `used`
+    digest = hashlib.sha256(_model_bytes(used)).hexdigest()
+    return {RUN_TOKENIZER: {"tokenizer": name, "sha256": digest}} if used == str(copy) else {}
+
+
+def forget_run_tokenizers() -> None:
+    """Names mean their sources again (a new process's view; tests)."""
+    _run_copies.clear()
+    load_tokenizer.cache_clear()
+
+
 class Tokenizer:
     """A SentencePiece model: texts -> fixed-length int32 ids with a sticky end-of-text id."""
 
     def __init__(self, path: str, pad_id: int = 0):
         import sentencepiece as spm
 
-        path = digits_tokenizer_path() if path == DIGITS_TOKENIZER else path
-        if not Path(path).is_file():
-            raise TokenizerError(f"no SentencePiece model at {path}: give the path of a .model file (or 'digits')")
+        path = _run_copies.get(path) or tokenizer_source(path)
+        data = _model_bytes(path)
         self.sp = spm.SentencePieceProcessor()
         try:
-            self.sp.Load(path)
+            self.sp.LoadFromSerializedProto(data)
         except (OSError, RuntimeError) as e:
             raise TokenizerError(f"{path} is not a SentencePiece model ({str(e).splitlines()[0]})") from e
         self.path, self.pad_id = path, pad_id

@@ -55,6 +55,8 @@ class Trainer:
         if self.is_main:
             wd.path(workdir).mkdir(parents=True, exist_ok=True)
         self.t_start = time.time()
+        # Files the objective keeps with the run (a tokenizer): in the workdir from the first start, used from there.
+        self.run_files = objectives.objective_class(config.objective).keep_with_run(config, workdir, self.is_main)
         if config.init.checkpoint:  # a wrong path is reported before data preparation and compilation
             from vit_jax.checkpoints.loading import check_exists
 
@@ -176,6 +178,7 @@ class Trainer:
             "dataset": self.ds.description(),
             "pp_train": self.config.data.pp_train,
             "pp_eval": self.config.data.pp_eval,
+            "run_files": self.run_files,
             "version": __version__,
             "git_commit": git_commit(),
             "progress": self.progress,

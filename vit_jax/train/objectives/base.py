@@ -95,6 +95,14 @@ class Objective(abc.ABC):
             cls.settings_of(config)
 
     @classmethod
+    def keep_with_run(cls, config: ml_collections.ConfigDict, run_dir: str, write: bool) -> dict[str, Any]:
+        """Files besides the state that the run needs (a text tower's tokenizer): copied into `run_dir` when the run
+        first starts (by the process that writes the run's files: `write`) and used from there in this process, by
+        the run, its resumptions and `vit-jax eval`/`predict` of it (write=False; `run_dir` may then be one of its
+        checkpoints). Returns what the run's metadata records of them ("run_files"); {} (the default): none."""
+        return {}
+
+    @classmethod
     def head_classes(cls, config: ml_collections.ConfigDict, dataset_classes: int) -> int:
         """The size of the model's classification head: the dataset's classes, or 0 for an objective that does not
         read labels (a pretraining head, if any, is the objective's own)."""

@@ -143,6 +143,16 @@ class SigLIP(Objective):
                               f"{config.micro_batches} would limit the negatives to each slice: set it to 1 (memory: "
                               "the chunked loss and model.remat)")
 
+    @classmethod
+    def keep_with_run(cls, config, run_dir, write):
+        """The text tower's tokenizer (`<group>.tokenizer`; the demo's or a path) is the run's: copied into the
+        workdir at the first start, used from there (data/text_ops.py keep_tokenizer_with_run). Reading a run
+        (not `write`), `run_dir` may be its checkpoints/ folder or one step's."""
+        from vit_jax.data.text_ops import keep_tokenizer_with_run
+
+        return keep_tokenizer_with_run(cls.settings_of(config).tokenizer, run_dir if write else run_dir_of(run_dir),
+                                       write)
+
     def batch_spec(self, batch_size):
         h, w = self.model.cfg.image_size
         return {"image": ((batch_size, h, w, 3), jnp.float32),
@@ -301,9 +311,24 @@ def load_image_text(path: str):
     if kind is None:
         return None
     cfg = model_config_from_meta(meta)
+    kind.keep_with_run(ml_collections.ConfigDict(recorded), path, write=False)  # the run's tokenizer
     objective = kind.from_config(ml_collections.ConfigDict(recorded), cfg)
     # LiT: the locked tower is the run's extra state, restored by its shapes (init_extra would read the original file).
     locked = {"extra": {"img": objective.image_model.shapes}} if objective.s.lock_image else {}
     _, state = load_state_from_run(path, {"params": objective.model.shapes, **locked})
     params = {**state["params"], **({"img": state["extra"]["img"]} if locked else {})}
     return siglip_formats.ImageTextSpec(cfg, objective.text_cfg, objective.s.embed_dim), params
+
+
+def run_dir_of(path: str) -> str:
+    """The run's workdir (where its own files are kept) of WORKDIR, WORKDIR/checkpoints or WORKDIR/checkpoints/<step>:
+    the nearest of those holding the run's tokenizer copy, else `path` (a run from before copies were kept)."""
+    from etils import epath
+
+    from vit_jax.data.text_ops import RUN_TOKENIZER
+
+    p = epath.Path(path)
+    for root in (p, p.parent, p.parent.parent):
+        if (root / RUN_TOKENIZER).exists():
+            return str(root)
+    return str(p)
