@@ -81,7 +81,8 @@ setup(
         # newer release takes a CUDA build of several GB. timm imports torchvision, whose x86-64 wheels are built
         # against CUDA torch: vit_jax/bench/timm_import.py lets it import beside the CPU build. timm is pinned to the
         # release the oracle tests were written against; transformers (ViViT, the video family's oracle) likewise.
-        "interop": ["torch==2.13.0", "torchvision==0.28.0", "timm==1.0.29", "transformers==5.25.0"],
+        "interop": ["torch==2.13.0", "torchvision==0.28.0", "timm==1.0.29", "transformers==5.25.0",
+                    "open_clip_torch==3.3.0"],  # open_clip: its big_vision loader reads our SigLIP .npz (#42)
         "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
     },

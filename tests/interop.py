@@ -1,9 +1,9 @@
 """Oracles from other frameworks (timm and transformers on PyTorch): installed by the `interop` extra, which `make
 test` installs.
 
-A test that compares against one calls `require_timm()` (or `require_transformers()`): where the extra is not
-installed (a plain `pip install -e '.[test]'`) the test is skipped with the install line, except under CI (CI set),
-where a missing oracle fails the run instead of hiding behind a skip.
+A test that compares against one calls `require_timm()` (or `require_transformers()`, `require_open_clip()`): where
+the extra is not installed (a plain `pip install -e '.[test]'`) the test is skipped with the install line, except
+under CI (CI set), where a missing oracle fails the run instead of hiding behind a skip.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 
 def _require(name: str) -> ModuleType:
-    """`name` (timm or transformers) imported beside a CPU-only torch (vit_jax/bench/timm_import.py); where it is
-    absent: a skip with the install line, or under CI a failure."""
+    """`name` (timm, transformers or open_clip) imported beside a CPU-only torch (vit_jax/bench/timm_import.py);
+    where it is absent: a skip with the install line, or under CI a failure."""
     from vit_jax.bench import timm_import
 
     try:
@@ -36,3 +36,8 @@ def require_timm() -> ModuleType:
 def require_transformers() -> ModuleType:
     """transformers (the ViViT and SigLIP oracles)."""
     return _require("transformers")
+
+
+def require_open_clip() -> ModuleType:
+    """open_clip (the SigLIP .npz oracle: open_clip's own big_vision loader)."""
+    return _require("open_clip")

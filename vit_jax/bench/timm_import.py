@@ -44,6 +44,17 @@ def import_transformers() -> ModuleType:
     return transformers
 
 
+def import_open_clip() -> ModuleType:
+    """open_clip (the SigLIP tests' second oracle: its big_vision .npz loader), imported the same way: it imports
+    timm and torchvision. ImportError where torch or open_clip is not installed."""
+    import torch
+
+    _declare_torchvision_ops_if_unloadable(torch)
+    import open_clip
+
+    return open_clip
+
+
 def _declare_torchvision_ops_if_unloadable(torch) -> None:
     global _declared
     if _declared is not None or "torchvision" in sys.modules:
