@@ -1,6 +1,8 @@
 """transformers' ViViT (the unfactorised Model 1) as the oracle of the video family: a small VivitConfig with random
 weights (no download) gives the same tokens and logits as our model from its weights (ANCHORS section 5(c))."""
 
+import json
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -56,3 +58,52 @@ def test_a_saved_vivit_classifier_loads_and_predicts_as_transformers(clips, tmp_
         expect = hf(pixel_values=torch.from_numpy(clips).permute(0, 1, 4, 2, 3)).logits.numpy()
     logits, _ = build_model(cfg).apply(params, jnp.asarray(clips))
     np.testing.assert_allclose(np.asarray(logits), expect, atol=1e-4)
+
+
+def test_vit_jax_predict_runs_the_vivit_file_on_a_clip_array_and_a_folder_of_clip_files(tmp_path, capsys):
+    """`vit-jax predict` on a video checkpoint: clips (N, T, H, W, 3), one clip (T, H, W, 3), and a folder of clip
+    files (frames stacked vertically, moving_digits' layout; a file of the wrong height is skipped and counted) give
+    transformers' logits."""
+    transformers = require_transformers()
+    import torch
+
+    from vit_jax.commands import predict
+    from vit_jax.data import digits
+
+    hf = transformers.VivitForVideoClassification(transformers.VivitConfig(**SMALL, num_labels=5)).eval()
+    _randomise(torch, hf)
+    hf.save_pretrained(tmp_path / "vivit")
+    ckpt = str(tmp_path / "vivit" / "model.safetensors")
+    # grey uint8 frames, as a clip file holds them, in [-1, 1] as the default preprocessing maps them
+    frames = np.random.default_rng(1).integers(0, 256, (2, 4, 32, 32), dtype=np.uint8)
+    clips = np.repeat((frames / 127.5 - 1.0)[..., None], 3, -1).astype(np.float32)
+    with torch.no_grad():
+        expect = hf(pixel_values=torch.from_numpy(clips).permute(0, 1, 4, 2, 3)).logits.numpy()
+
+    np.save(tmp_path / "clips.npy", clips)
+    np.save(tmp_path / "one.npy", clips[1])
+    out = str(tmp_path / "logits.npy")
+    assert predict.main(["--checkpoint", ckpt, "--images", str(tmp_path / "clips.npy"), "--output", out]) == 0
+    np.testing.assert_allclose(np.load(out), expect, atol=1e-4)
+    assert predict.main(["--checkpoint", ckpt, "--images", str(tmp_path / "one.npy"), "--output", out]) == 0
+    np.testing.assert_allclose(np.load(out), expect[1:], atol=1e-4)
+
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for i, clip in enumerate(frames):
+        (folder / f"clip{i}.png").write_bytes(digits.png_bytes(clip.reshape(4 * 32, 32)))
+    (folder / "short.png").write_bytes(digits.png_bytes(frames[0, :3].reshape(3 * 32, 32)))  # 96 rows: 4 x 24
+    (folder / "odd.png").write_bytes(digits.png_bytes(np.zeros((99, 32), np.uint8)))  # not 4 frames of any height
+    capsys.readouterr()
+    assert predict.main(["--checkpoint", ckpt, "--images", str(folder), "--output", out]) == 0
+    np.testing.assert_allclose(np.load(out), expect, atol=1e-4)
+    err = capsys.readouterr().err
+    assert "skipped odd.png: decode_clip(4): the stored image has 99 rows" in err
+    assert "skipped short.png: preprocessed to shape (4, 24, 32, 3), the model takes (4, 32, 32, 3)" in err
+    assert json.loads((tmp_path / "logits.npy.json").read_text())["files"] == ["clip0.png", "clip1.png"]
+
+    wrong = np.zeros((2, 2, 32, 32, 3), np.float32)  # 2 frames for a 4-frame model: one line, no traceback
+    np.save(tmp_path / "wrong.npy", wrong)
+    assert predict.main(["--checkpoint", ckpt, "--images", str(tmp_path / "wrong.npy"), "--output", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "(4, 32, 32, 3), got (2, 2, 32, 32, 3)" in err

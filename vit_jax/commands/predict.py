@@ -14,6 +14,11 @@ the skipped files with their reasons.
 A two-tower (image-text) checkpoint (a siglip/clip run, or a big_vision SigLIP .npz) writes image embeddings, and
 with --texts FILE text embeddings and zero-shot logits (commands/predict_image_text.py).
 
+A video checkpoint (a video run of ours, a transformers ViViT .safetensors) takes clips: an array (N, T, H, W, 3), or
+one clip (T, H, W, 3), model-ready; or a folder of clip files, each one image of its frames stacked vertically
+(moving_digits' layout), given the run's evaluation preprocessing (for other checkpoints: the model's T frames of its
+size, values to [-1, 1]).
+
 --image-size is for checkpoints that do not record their resolution (fixed sin-cos posemb, non-square patch grid);
 with an array of images it defaults to the images' own height and width.
 """
@@ -30,7 +35,7 @@ import numpy as np
 from vit_jax import cli_args
 from vit_jax.checkpoints.loading import load_with_size, parse_size
 from vit_jax.data.image_files import default_eval_pp, read_image_array, read_image_folder
-from vit_jax.eval.inference import FEATURES, features_mismatch, predict
+from vit_jax.eval.inference import FEATURES, example_shape, features_mismatch, predict
 from vit_jax.models.build import describe
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.texts or args.tokenizer:
         ap.error("--texts and --tokenizer are for two-tower (image-text) checkpoints")
     size = args.image_size
-    if size is None and images is not None and images.ndim == 4:
-        size = tuple(images.shape[1:3])  # a mismatch with a recorded size is reported below, as before
+    if size is None and images is not None and images.ndim in (4, 5):
+        # images (N, H, W, 3), a clip (T, H, W, 3) or clips (N, T, H, W, 3): a mismatch with a recorded size is
+        # reported below, as before
+        size = tuple(images.shape[-3:-1])
     loaded = load_with_size(args.checkpoint, size, "--image-size", must_match=args.image_size is not None)
     if loaded is None:
         return 2
@@ -73,17 +80,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"checkpoint {args.checkpoint}: {describe(cfg)}")
     skipped: dict[str, str] | None = None
     if images is None:
-        folder = read_image_folder(args.images, _recorded_eval_pp(args.checkpoint) or default_eval_pp(cfg.image_size),
-                                   strict=args.strict)
+        folder = read_image_folder(args.images, _recorded_eval_pp(args.checkpoint) or _default_pp(cfg),
+                                   strict=args.strict, shape=example_shape(cfg))
         images, names, skipped = folder.images, folder.names, folder.skipped
         for name, why in skipped.items():
             print(f"skipped {name}: {why}", file=sys.stderr)
     else:
         names = [str(i) for i in range(len(images))]
-    if tuple(images.shape[1:3]) != tuple(cfg.image_size):
+    want = example_shape(cfg)
+    if len(want) == 4 and images.ndim == 4:
+        images = images[None]  # one clip
+    if images.ndim == 4 and len(want) == 3 and tuple(images.shape[1:3]) != tuple(cfg.image_size):
         print(f"error: images are {images.shape[1]}x{images.shape[2]} but the model expects "
               f"{cfg.image_size[0]}x{cfg.image_size[1]}; convert with --image-size to change the resolution",
               file=sys.stderr)
+        return 2
+    if images.ndim != len(want) + 1 or tuple(images.shape[1:]) != want:
+        what = "clips (N, T, H, W, 3) or one clip" if len(want) == 4 else "images (N, H, W, 3)"
+        print(f"error: {args.images}: the model takes {what} of shape {want}, got {images.shape}", file=sys.stderr)
         return 2
     features = args.features or ("dense" if cfg.dense else "logits")
     if (features == "logits") == cfg.dense or (args.top_k and features != "logits"):
@@ -102,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
             top = np.argsort(-row)[:args.top_k]
             print(f"{name}: " + ", ".join(f"{c} ({row[c]:.3f})" for c in top))
     return 0
+
+
+def _default_pp(cfg) -> str:
+    """The preprocessing of files for a checkpoint that records none: the official models' for images; for clips,
+    the model's frames stacked vertically in one image, values to [-1, 1]."""
+    shape = example_shape(cfg)
+    if len(shape) == 4:
+        return f"decode_clip({shape[0]})|value_range(-1,1)"
+    return default_eval_pp(cfg.image_size)
 
 
 def _recorded_eval_pp(path: str) -> str | None:

@@ -14,7 +14,6 @@ import os
 import numpy as np
 
 from vit_jax.data import pp as pp_lib
-from vit_jax.data.decode import DecodeError
 from vit_jax.errors import UserError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -61,8 +60,11 @@ def image_names(folder: str) -> list[str]:
     return names
 
 
-def read_image_folder(folder: str, pp: str, *, strict: bool = False, max_images: int = 0) -> FolderImages:
-    """Reads the image files of `folder` (sorted by name; the first `max_images` readable ones if > 0)."""
+def read_image_folder(folder: str, pp: str, *, strict: bool = False, max_images: int = 0,
+                      shape: tuple[int, ...] | None = None) -> FolderImages:
+    """Reads the image files of `folder` (sorted by name; the first `max_images` readable ones if > 0). With `shape`,
+    a file whose preprocessed array has another shape (a clip of other frames, with no resize in `pp`) counts as
+    unreadable."""
     preprocess = pp_lib.build(pp_lib.strip_label_ops(pp))  # image files have no labels, and logits need none
     images, names, skipped = [], [], {}
     for name in image_names(folder):
@@ -72,7 +74,9 @@ def read_image_folder(folder: str, pp: str, *, strict: bool = False, max_images:
             with open(os.path.join(folder, name), "rb") as f:
                 data = f.read()
             image = preprocess({"image": data}, np.random.default_rng(0))["image"]
-        except (OSError, DecodeError) as e:
+            if shape is not None and tuple(np.shape(image)) != tuple(shape):
+                raise ValueError(f"preprocessed to shape {tuple(np.shape(image))}, the model takes {tuple(shape)}")
+        except (OSError, ValueError) as e:  # DecodeError, or an op refusing the file's content (decode_clip's rows)
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             if strict:
                 raise UnreadableImageError(f"{os.path.join(folder, name)}: {reason} (without --strict, unreadable "

@@ -86,10 +86,18 @@ def build_inference(cfg: ModelConfig, params: Any, mesh: Mesh | None = None,
 FEATURES = ("logits", "dense", "tokens")
 
 
+def example_shape(cfg) -> tuple[int, ...]:
+    """One input of the model: (H, W, 3) for an image model, (T, H, W, 3) for a video model (its `input_shape`)."""
+    return tuple(getattr(cfg, "input_shape", (*cfg.image_size, 3)))
+
+
 def predict(params, cfg, images: np.ndarray, batch_size: int = 64, features: str = "logits") -> np.ndarray:
-    """The model's output on NHWC images: logits, or for a dense backbone its `dense` or `tokens` feature map."""
-    if images.ndim != 4 or images.shape[-1] != 3:
-        raise ValueError(f"images must be (N, H, W, 3), got {images.shape}")
+    """The model's output on NHWC images (N, H, W, 3), or clips (N, T, H, W, 3) for a video model: logits, or for a
+    dense backbone its `dense` or `tokens` feature map."""
+    rank = len(example_shape(cfg)) + 1
+    if images.ndim != rank or images.shape[-1] != 3:
+        raise ValueError(f"inputs must be {'(N, T, H, W, 3) clips' if rank == 5 else '(N, H, W, 3) images'}, "
+                         f"got {images.shape}")
     if features not in FEATURES:
         raise ValueError(f"features={features!r} is not one of {FEATURES}")
     if (features == "logits") == cfg.dense:
