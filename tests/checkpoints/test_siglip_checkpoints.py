@@ -13,7 +13,7 @@ from vit_jax.checkpoints import formats
 from vit_jax.checkpoints.loading import load_any
 from vit_jax.checkpoints.siglip_formats import (FAMILY, ImageTextSpec, export, load_siglip_npz, save_siglip_npz,
                                                 to_siglip_layout)
-from vit_jax.models.config import vit_config
+from vit_jax.models.config import ModelConfigError, vit_config
 from vit_jax.models.text import TextConfig
 
 IMAGE = vit_config(None, num_classes=0, image_size=16, patch_size=4, width=32, depth=2, mlp_dim=64, num_heads=2,
@@ -83,15 +83,44 @@ def test_export_refuses_what_the_layout_cannot_hold_and_notes_the_gelu(tmp_path)
     assert load_siglip_npz(dst)[0].image.gelu == "tanh"  # what big_vision computes
 
 
-def test_an_image_tower_without_a_head_reads_as_the_identity_projection(tmp_path):
-    """big_vision's image tower with no output dimension (its MAP output is the embedding): no `img/head`."""
-    spec = ImageTextSpec(IMAGE, TEXT, IMAGE.width)
-    flat = to_siglip_layout(random_params(spec, seed=5), spec)
-    del flat["img/head/kernel"], flat["img/head/bias"]
-    path = tmp_path / "headless.npz"
-    np.savez(path, **flat)
-    loaded_spec, loaded = load_siglip_npz(str(path))
-    assert loaded_spec == spec
-    np.testing.assert_array_equal(loaded["img_proj"]["kernel"], np.eye(IMAGE.width))
-    np.testing.assert_array_equal(loaded["img_proj"]["bias"], np.zeros(IMAGE.width))
+def test_an_image_tower_without_a_head_has_no_image_projection(tmp_path):
+    """big_vision's image tower with no output dimension (out_dim=None, as open_clip's and HF's SigLIP: the MAP output
+    is the embedding): no `img/head`. Read as a model without `img_proj` (image_proj=False), written back without a
+    head, and embedding images as the normalised MAP output; a file whose sizes contradict that is refused."""
+    from vit_jax.checkpoints.layouts import CheckpointMismatchError
+    from vit_jax.models.text import l2_normalize
 
+    spec = ImageTextSpec(IMAGE, TEXT, IMAGE.width, image_proj=False)
+    params = random_params(spec, seed=5)
+    assert "img_proj" not in params
+    path = tmp_path / "headless.npz"
+    save_siglip_npz(str(path), params, spec)
+    assert not any(k.startswith("img/head") for k in np.load(path).files)
+    loaded_spec, loaded = load_siglip_npz(str(path))
+    assert loaded_spec == spec and "img_proj" not in loaded
+    jax.tree.map(np.testing.assert_array_equal, loaded, params)
+    images = np.random.RandomState(1).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
+    model = spec.model().bind(loaded)
+    np.testing.assert_allclose(model.embed_image(images), l2_normalize(model.image_features(images)), atol=1e-6)
+
+    wider = ImageTextSpec(IMAGE, TEXT, 48)  # a text embedding of 48 beside 32 image features, and no img/head
+    flat = to_siglip_layout(random_params(wider), wider)
+    del flat["img/head/kernel"], flat["img/head/bias"]
+    np.savez(tmp_path / "contradicts.npz", **flat)
+    with pytest.raises(CheckpointMismatchError, match="32 wide and txt/head gives 48"):
+        load_siglip_npz(str(tmp_path / "contradicts.npz"))
+
+
+def test_without_an_image_projection_embed_dim_is_the_image_width():
+    with pytest.raises(ModelConfigError, match="set embed_dim=32"):
+        ImageTextSpec(IMAGE, TEXT, 16, image_proj=False).shapes()
+
+
+def test_export_notes_that_open_clip_and_hugging_face_leave_out_the_image_projection(tmp_path):
+    with_head = ImageTextSpec(IMAGE, TEXT, IMAGE.width)
+    request = formats.ExportRequest(to="siglip")
+    _, notes, _ = export(with_head, random_params(with_head), str(tmp_path / "a.npz"), request)
+    assert any("read no img/head" in n for n in notes)
+    headless = ImageTextSpec(IMAGE, TEXT, IMAGE.width, image_proj=False)
+    _, notes, _ = export(headless, random_params(headless), str(tmp_path / "b.npz"), request)
+    assert notes == []

@@ -6,8 +6,9 @@ image and text embeddings, temperature and bias.
 
 open_clip's SigLIP configs leave the text tower's GELU at the exact (erf) form while big_vision (and the file read
 here) computes the tanh form; the test builds open_clip's text tower with the tanh form (its `act_kwargs`) so that the
-comparison is exact. Its loader reads no `img/head`: the image embedding is the MAP head's output, so the file's image
-projection is the identity here (big_vision's `out_dim=None`, as published SigLIP checkpoints have it).
+comparison is exact. Its loader reads no `img/head`: the image embedding is the MAP head's output, so the towers here
+have no image projection (image_proj=False, big_vision's `out_dim=None`: what a run with `siglip.image_proj=False`
+writes).
 """
 
 import jax
@@ -61,10 +62,9 @@ def test_open_clip_reads_our_npz_to_the_same_embeddings(tmp_path):
     from open_clip.convert import load_big_vision_weights
 
     register_tiny_timm_vit(timm)
-    spec = ImageTextSpec(IMAGE, TEXT, IMAGE.width)
+    spec = ImageTextSpec(IMAGE, TEXT, IMAGE.width, image_proj=False)
     rng = np.random.RandomState(0)
     params = jax.tree.map(lambda s: (0.3 * rng.standard_normal(s.shape)).astype(np.float32), spec.shapes())
-    params["img_proj"] = {"kernel": np.eye(IMAGE.width, dtype=np.float32), "bias": np.zeros(IMAGE.width, np.float32)}
     path = tmp_path / "siglip.npz"
     save_siglip_npz(str(path), params, spec)
 

@@ -73,11 +73,10 @@ def test_transformers_siglip_reads_our_npz_to_the_same_embeddings(tmp_path):
     transformers = require_transformers()
     import torch
 
-    # Hugging Face's SigLIP has no image projection (big_vision's out_dim=None): ours is the identity here.
-    spec = ImageTextSpec(IMAGE, TEXT, IMAGE.width)
+    # Hugging Face's SigLIP has no image projection (big_vision's out_dim=None): neither has ours here.
+    spec = ImageTextSpec(IMAGE, TEXT, IMAGE.width, image_proj=False)
     rng = np.random.RandomState(0)
     params = jax.tree.map(lambda s: (0.3 * rng.standard_normal(s.shape)).astype(np.float32), spec.shapes())
-    params["img_proj"] = {"kernel": np.eye(IMAGE.width, dtype=np.float32), "bias": np.zeros(IMAGE.width, np.float32)}
     path = tmp_path / "siglip.npz"
     save_siglip_npz(str(path), params, spec)
     flat = dict(np.load(path))

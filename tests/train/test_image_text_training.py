@@ -222,3 +222,18 @@ def test_the_run_keeps_its_tokenizer_so_predict_and_eval_work_without_the_cache(
     for key in ("eval/zeroshot_top1", "eval/i2t_recall@1", "eval/t2i_recall@5"):
         assert figures[key] == pytest.approx(summary["final"][key], abs=2 / 360), key  # another mesh: near-ties
     assert not gone.exists()  # nothing was trained into (or read from) a cache
+
+
+def test_without_an_image_projection_the_image_features_are_the_embedding():
+    """siglip.image_proj=False (big_vision's image out_dim=None): no `img_proj` parameters, so the run's .npz has no
+    img/head and opens in open_clip and Hugging Face as it computes; embed_dim must then be the image width."""
+    from vit_jax.train.objectives.image_text import SigLIP, SigLIPSettings
+
+    cfg = vit_config(None, num_classes=0, image_size=16, patch_size=4, width=32, depth=1, mlp_dim=64, num_heads=2,
+                     pool="map", posemb="learn")
+    text = dict(text_vocab_size=64, text_max_len=8, text_width=32, text_depth=1, text_heads=2, text_mlp_dim=64)
+    objective = SigLIP(cfg, SigLIPSettings(embed_dim=32, image_proj=False, **text))
+    assert "img_proj" not in objective.model.shapes and "img_proj" in SigLIP(cfg, SigLIPSettings(
+        embed_dim=32, **text)).model.shapes
+    with pytest.raises(ModelConfigError, match="set embed_dim=32 \\(it is 16\\)"):
+        SigLIP(cfg, SigLIPSettings(embed_dim=16, image_proj=False, **text)).model.shapes

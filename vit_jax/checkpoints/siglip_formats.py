@@ -2,8 +2,9 @@
 
 The layout (big_vision `models/proj/image_text/two_towers.py`, optionally under `params/`):
 - `img/...`: the image ViT in big_vision's ViT layout (checkpoints/layouts.py), its `img/head` the projection to the
-  shared embedding (ours: `img_proj`; a file without one, big_vision's `out_dim=None` image tower, reads as the
-  identity, and is written back with it);
+  shared embedding (ours: `img_proj`); a file without one is big_vision's `out_dim=None` image tower (open_clip's
+  and Hugging Face's SigLIP have none either): its representation is the embedding (ours: `image_proj=False`), and
+  it is written back without;
 - `txt/Embed_0/embedding` (V, D), `txt/pos_embedding` (1, L, D), `txt/Encoder_0/encoderblock_{i}/...` (the ViT block
   names; `encoderblock/...` with a leading layer axis when scanned), `txt/Encoder_0/encoder_norm`, `txt/MAPHead_0`
   (MAP pooling only), `txt/head` (the text projection);
@@ -15,6 +16,8 @@ big_vision computes the tanh form of GELU, which is what a file read here gets; 
 GELU is written with a note that the file computes differently.
 
 `load_any` of such a file gives its image tower (LiT, fine-tuning, predict); `load_siglip_npz` gives both towers.
+open_clip's big_vision loader and Hugging Face's SigLIP read no `img/head`: a file with one gives them other image
+embeddings (the export says so).
 """
 
 from __future__ import annotations
@@ -47,18 +50,20 @@ class ImageTextSpec:
     image: ViTConfig
     text: TextConfig
     embed_dim: int
+    image_proj: bool = True  # False: no `img/head` (big_vision's out_dim=None): embed_dim is the image width
 
     @property
     def name(self) -> str:
         t = self.text
         return (f"{self.image.name} + text tower {t.depth}x{t.width} ({t.max_len} tokens, vocabulary {t.vocab_size}), "
-                f"embedding {self.embed_dim}")
+                f"embedding {self.embed_dim}{'' if self.image_proj else ' (no image projection)'}")
 
     def model(self):
         """The two towers as a FunctionalViT (`shapes`, `bind`), image tower included."""
         from vit_jax.models.vit import FunctionalViT
 
-        return FunctionalViT(self.image, functools.partial(ImageText, text=self.text, embed_dim=self.embed_dim))
+        return FunctionalViT(self.image, functools.partial(ImageText, text=self.text, embed_dim=self.embed_dim,
+                                                           image_proj=self.image_proj))
 
     def shapes(self) -> dict[str, Any]:
         """The parameters' abstract shapes (traced once per architecture: reading and writing both check them)."""
@@ -79,7 +84,8 @@ def to_siglip_layout(params: dict[str, Any], spec: ImageTextSpec) -> dict[str, n
     check_against(flat, flatten(spec.shapes()), f"parameters vs {spec.name}")
     img = {k[len("img/"):]: v for k, v in flat.items() if k.startswith("img/")}
     out = {f"img/{k}": v for k, v in to_layout(img, spec.image, "big_vision").items()}
-    out["img/head/kernel"], out["img/head/bias"] = flat["img_proj/kernel"], flat["img_proj/bias"]
+    if spec.image_proj:
+        out["img/head/kernel"], out["img/head/bias"] = flat["img_proj/kernel"], flat["img_proj/bias"]
     txt = {k[len("txt/"):]: v for k, v in flat.items() if k.startswith("txt/")}
     out["txt/Embed_0/embedding"] = txt.pop("embedding")
     out["txt/pos_embedding"] = txt.pop("pos_embedding")
@@ -136,16 +142,19 @@ def from_siglip_layout(flat: dict[str, np.ndarray], **infer_kw: Any) -> tuple[Im
     txt = _unstack_scanned({k[len("txt/"):]: v for k, v in flat.items() if k.startswith("txt/")})
     if "t" not in flat or "b" not in flat:
         raise CheckpointMismatchError("not a two-tower checkpoint: it has no t (temperature) and b (bias)")
-    if "head/kernel" in img:
-        proj = {"kernel": img.pop("head/kernel"), "bias": img.pop("head/bias")}
-    else:  # big_vision's image tower without an output dimension (out_dim None): its representation is the embedding
-        width = img["embedding/kernel"].shape[-1]
-        proj = {"kernel": np.eye(width, dtype=img["embedding/kernel"].dtype), "bias": np.zeros(width, np.float32)}
+    # big_vision's image tower without an output dimension (out_dim None) has no head: its representation is the
+    # embedding.
+    proj = {"kernel": img.pop("head/kernel"), "bias": img.pop("head/bias")} if "head/kernel" in img else None
     image = infer_config(img, **infer_kw)  # headless: the projection is ours `img_proj`
     text, embed_dim = infer_text_config(txt)
+    if proj is None and embed_dim != (image.rep_size or image.width):
+        raise CheckpointMismatchError(f"no img/head, so the image features are the embedding, but they are "
+                                      f"{image.rep_size or image.width} wide and txt/head gives {embed_dim}")
     ours = {f"img/{k}": v for k, v in from_layout(img, image).items()}
-    ours.update({"img_proj/kernel": proj["kernel"], "img_proj/bias": proj["bias"], "t": flat["t"], "b": flat["b"]})
-    spec = ImageTextSpec(image, text, embed_dim)
+    ours.update({"t": flat["t"], "b": flat["b"]})
+    if proj is not None:
+        ours.update({"img_proj/kernel": proj["kernel"], "img_proj/bias": proj["bias"]})
+    spec = ImageTextSpec(image, text, embed_dim, image_proj=proj is not None)
     shapes = spec.shapes()
     names = {_text_name(k): k for k in flatten(shapes["txt"])}
     names.update({"Embed_0/embedding": "embedding", "pos_embedding": "pos_embedding"})
@@ -221,6 +230,9 @@ def export(spec: ImageTextSpec, params: dict[str, Any], dst: str,
     if exact:
         notes.append(f"the {' and '.join(exact)} tower used the exact (erf) GELU; big_vision (and this file read "
                      "back) computes the tanh form: embeddings differ by about 1e-3")
+    if spec.image_proj:
+        notes.append("open_clip's big_vision loader and Hugging Face's SigLIP read no img/head (the image projection): "
+                     "their image embeddings leave it out (train with image_proj=False for a file they read exactly)")
     save_siglip_npz(dst, params, spec)
     return spec, notes, "big_vision SigLIP layout"
 

@@ -6,9 +6,11 @@ embedding size. Pooling: `last` (the last position, SigLIP/big_vision), `eos` (t
 CLIP finds it as the largest id, which is the same token in its vocabulary) or `map` (attention pooling).
 
 `ImageText`: the parameter tree big_vision's two-tower model has: `img` (our ViT, usually with the MAP head, no
-classification head), `img_proj` (linear to the embedding), `txt` (the text tower with its head), and the scalars
-`t` (log temperature, init log 10) and `b` (SigLIP's bias, init -10). With `lock_image` (LiT) the module holds no
-`img`: the locked tower is the objective's extra state and is passed to `embed_image` as its own parameter tree.
+classification head), `img_proj` (linear to the embedding; none with `image_proj=False`, big_vision's image
+`out_dim=None`, which open_clip's and Hugging Face's SigLIP mirror: the image tower's representation is the
+embedding, so the embedding size is the tower's width), `txt` (the text tower with its head), and the scalars `t`
+(log temperature, init log 10) and `b` (SigLIP's bias, init -10). With `lock_image` (LiT) the module holds no `img`:
+the locked tower is the objective's extra state and is passed to `embed_image` as its own parameter tree.
 Its forward pass (`__call__`) is the image tower's, so few-shot probes and `predict` read `pre_logits` as for a ViT.
 """
 
@@ -129,16 +131,20 @@ class ImageText(nnx.Module):
     embed_dim=...))` makes it the objective's model."""
 
     def __init__(self, cfg: ViTConfig, *, text: TextConfig, embed_dim: int, lock_image: bool = False,
-                 t_init: float = math.log(10.0), b_init: float = -10.0, rngs: nnx.Rngs):
+                 image_proj: bool = True, t_init: float = math.log(10.0), b_init: float = -10.0, rngs: nnx.Rngs):
         if cfg.num_classes:
             raise ModelConfigError("the image tower of a two-tower model has no classification head: num_classes=0")
         if embed_dim <= 0:
             raise ModelConfigError(f"embed_dim={embed_dim}: the shared embedding size must be > 0")
+        features = cfg.rep_size or cfg.width
+        if not image_proj and embed_dim != features:
+            raise ModelConfigError(f"without an image projection the embedding is the image tower's {features} "
+                                   f"features: set embed_dim={features} (it is {embed_dim})")
         self.cfg = cfg
         pd = jnp.dtype(cfg.param_dtype)
         self.img = None if lock_image else ViT(cfg, rngs=rngs)
-        self.img_proj = L.Linear(cfg.rep_size or cfg.width, embed_dim, ("embed", "mlp"),
-                                 kernel_init=L.lecun_normal(1), param_dtype=pd, rngs=rngs)
+        self.img_proj = L.Linear(features, embed_dim, ("embed", "mlp"), kernel_init=L.lecun_normal(1), param_dtype=pd,
+                                 rngs=rngs) if image_proj else None
         self.txt = TextTransformer(text, embed_dim, param_dtype=pd, rngs=rngs)
         self.t = L.param(rngs, L.constant(t_init), (1,), jnp.float32, (None,))
         self.b = L.param(rngs, L.constant(b_init), (1,), jnp.float32, (None,))
@@ -153,7 +159,9 @@ class ImageText(nnx.Module):
     def embed_image(self, images: jax.Array, image_tower: nnx.Module | None = None, **kw) -> jax.Array:
         """Images -> L2-normalised (B, embed_dim); `image_tower`: the locked tower of LiT (else `img`)."""
         features = self.image_features(images, image_tower, **kw)
-        return l2_normalize(self.img_proj(features).astype(jnp.float32))
+        if self.img_proj is not None:
+            features = self.img_proj(features)
+        return l2_normalize(features.astype(jnp.float32))
 
     def embed_text(self, ids: jax.Array) -> jax.Array:
         """Token ids (B, T) -> L2-normalised (B, embed_dim)."""

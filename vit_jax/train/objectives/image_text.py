@@ -63,6 +63,9 @@ class SigLIPSettings:
     text_eos_id: int = 1
     t_init: float = math.log(10.0)
     b_init: float = -10.0
+    # False: no image projection, the image tower's representation is the embedding (embed_dim = its width), as
+    # big_vision's SigLIP (image out_dim=None); open_clip's and Hugging Face's SigLIP read such a file exactly.
+    image_proj: bool = True
     chunked: bool = True  # sigmoid loss: texts passed round the devices (False: all-gathered)
     tokenizer: str = "digits"  # the zero-shot prompts' SentencePiece model: a path, or 'digits' (the demo's own)
     pad_id: int = 0
@@ -123,7 +126,7 @@ class SigLIP(Objective):
         locked = bool(settings.lock_image)
         self.model = FunctionalViT(model_cfg, functools.partial(
             ImageText, text=self.text_cfg, embed_dim=settings.embed_dim, lock_image=locked,
-            t_init=settings.t_init, b_init=settings.b_init))
+            image_proj=settings.image_proj, t_init=settings.t_init, b_init=settings.b_init))
         self.image_model = FunctionalViT(model_cfg)  # the image tower alone (LiT's locked copy)
         self.needs_rng = needs_rng(model_cfg)
         image = model_flops(model_cfg).forward
@@ -317,7 +320,7 @@ def load_image_text(path: str):
     locked = {"extra": {"img": objective.image_model.shapes}} if objective.s.lock_image else {}
     _, state = load_state_from_run(path, {"params": objective.model.shapes, **locked})
     params = {**state["params"], **({"img": state["extra"]["img"]} if locked else {})}
-    return siglip_formats.ImageTextSpec(cfg, objective.text_cfg, objective.s.embed_dim), params
+    return siglip_formats.ImageTextSpec(cfg, objective.text_cfg, objective.s.embed_dim, objective.s.image_proj), params
 
 
 def run_dir_of(path: str) -> str:
