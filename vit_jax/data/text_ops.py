@@ -4,6 +4,10 @@ A config that trains on image-text pairs names this module in `data.pp_modules` 
 - `digit_caption(templates='train')`: example["text"] = a caption of the example's digit, one of the templates of
   that set with one of the class's names, drawn with the op's random stream (so a resumed run draws the same);
   `templates='heldout'` draws from templates never used in training (the zero-shot evaluation's).
+- `choose_caption(key='captions', field='text', out='caption', which='random')`: example[out] = one caption of an
+  image that has several (TFDS's coco_captions: `captions` a sequence of {text, id}; or a sequence of strings),
+  drawn with the op's random stream in training (a resumed run draws the same) or the first (`which='first'`, for
+  evaluation: the same pairs every time).
 - `tokenize(model, max_len, key='text', out='tokens', pad_id=0)`: example[out] = int32 (max_len,) ids of
   example[key] by the SentencePiece model at `model` (a path, or 'digits': the demo's own, see below), the end-of-
   text id appended and kept when the text is cut ("sticky" EOS, as big_vision's SigLIP), then padded.
@@ -189,6 +193,28 @@ def make_digit_caption(templates: str = "train", key: str = "label", out: str = 
     def op(ex: Example, rng: np.random.Generator) -> Example:
         names = DIGIT_NAMES[int(ex[key])]
         return {**ex, out: chosen[rng.integers(len(chosen))].format(names[rng.integers(len(names))])}
+
+    return op
+
+
+CAPTION_CHOICES = ("random", "first")
+
+
+@register("choose_caption")
+def make_choose_caption(key: str = "captions", field: str = "text", out: str = "caption", which: str = "random") -> Op:
+    """example[out] = one of example[key]'s captions (strings, or dicts holding one under `field`): at random with the
+    op's stream (`which='random'`) or the first (`which='first'`)."""
+    if which not in CAPTION_CHOICES:
+        raise ValueError(f"choose_caption(which='{which}'): choose 'random' (training) or 'first' (evaluation)")
+
+    def op(ex: Example, rng: np.random.Generator) -> Example:
+        if key not in ex:
+            raise ValueError(f"choose_caption: the example has no '{key}' feature (it has {', '.join(sorted(ex))})")
+        value = ex[key]
+        texts = list(np.asarray(value[field] if isinstance(value, dict) else value, dtype=object).reshape(-1))
+        if not texts:
+            raise ValueError(f"choose_caption: an example has no captions in '{key}'")
+        return {**ex, out: texts[int(rng.integers(len(texts)))] if which == "random" else texts[0]}
 
     return op
 
