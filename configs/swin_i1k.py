@@ -6,9 +6,11 @@ appendix A2.1; the values of the official repository's config.py and configs/swi
 
 Reported top-1 at 224 px (paper Table 1a): Swin-T 81.3%, Swin-S 83.0%, Swin-B 83.5%.
 
-One part of the recipe is not applied: random erasing (probability 0.25), for which the package has no op.
+Planned for a TPU v5e 2x2 (4 chips, 256 images each): `vit-jax plan --config configs/swin_i1k.py --topology v5e:2x2`
+(docs/models.md has the result).
 """
 
+from vit_jax.errors import ConfigError
 from vit_jax.train.config import default_config, parse_config_args
 
 # Stochastic depth per model (configs/swin/swin_{tiny,small,base}_patch4_window7_224.yaml; Swin-L is trained on
@@ -19,7 +21,7 @@ DROP_PATH = {"Swin-T": 0.2, "Swin-S": 0.3, "Swin-B": 0.5, "Swin-L": 0.2}
 def get_config(arg=None):
     a = parse_config_args(arg, {"variant": "Swin-T", "epochs": ""})
     if a["variant"] not in DROP_PATH:
-        raise ValueError(f"variant={a['variant']}: use one of {', '.join(DROP_PATH)}")
+        raise ConfigError(f"configs/swin_i1k.py:variant={a['variant']}: use one of {', '.join(DROP_PATH)}")
     c = default_config()
     c.model.variant = a["variant"]
     c.model.image_size = 224
@@ -28,8 +30,10 @@ def get_config(arg=None):
     c.model.dtype = "bfloat16"
     c.data.name = "imagenet2012"
     c.data.train_split, c.data.eval_split = "train", "validation"
-    # RandAugment rand-m9-mstd0.5-inc1: two ops of magnitude 9 (the magnitude noise is not modelled).
-    c.data.pp_train = "decode_jpeg_and_inception_crop(224)|flip_lr|randaug(2,9)|value_range(-1,1)"
+    # RandAugment rand-m9-mstd0.5-inc1: two ops of magnitude 9 (the magnitude noise is not modelled); random erasing
+    # with probability 0.25 (config.py's REPROB; data/erasing.py: per-pixel normal noise, as the repository's timm).
+    c.data.pp_train = ("decode_jpeg_and_inception_crop(224)|flip_lr|randaug(2,9)|value_range(-1,1)"
+                       "|random_erasing(0.25)")
     c.data.pp_eval = "decode|resize_small(256)|central_crop(224)|value_range(-1,1)"  # crop ratio 0.875
     c.batch_size = 1024
     c.total_epochs = float(a["epochs"] or 300)
