@@ -23,63 +23,72 @@ from vit_jax.models.text import TextConfig
 IMAGE = vit_config(None, num_classes=0, image_size=16, patch_size=4, width=32, depth=2, mlp_dim=64, num_heads=2,
                    pool="map", posemb="learn")
 TEXT = TextConfig(vocab_size=50, max_len=8, width=32, depth=2, num_heads=2, mlp_dim=64)
-TIMM_NAME = "vit_jax_test_siglip_tiny"  # the image tower, registered with timm for open_clip to create by name
 
 
-def register_tiny_timm_vit(timm):
-    """A timm ViT shaped as IMAGE (no class token, MAP pooling, tanh GELU), under TIMM_NAME: open_clip builds its
-    image tower with timm.create_model(name, num_classes=0, global_pool='map')."""
+def register_tiny_timm_vit(timm, image) -> str:
+    """A timm ViT shaped as `image` (no class token, MAP pooling, tanh GELU) registered under a name of its own:
+    open_clip builds its image tower with timm.create_model(name, num_classes=0, global_pool='map')."""
     from timm.models import register_model
     from timm.models.vision_transformer import VisionTransformer
 
-    if timm.models.is_model(TIMM_NAME):
-        return
+    name = (f"vit_jax_test_siglip_{image.image_size[0]}_p{image.patch_size[0]}_w{image.width}_d{image.depth}"
+            f"_h{image.num_heads}_m{image.mlp_dim}")
+    if timm.models.is_model(name):
+        return name
 
-    def vit_jax_test_siglip_tiny(pretrained=False, **kwargs):  # kwargs: create_model's (pretrained_cfg, ...)
-        return VisionTransformer(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0,
+    def create(pretrained=False, **kwargs):  # kwargs: create_model's (pretrained_cfg, ...)
+        return VisionTransformer(img_size=image.image_size[0], patch_size=image.patch_size[0], embed_dim=image.width,
+                                 depth=image.depth, num_heads=image.num_heads, mlp_ratio=image.mlp_dim / image.width,
                                  class_token=False, act_layer="gelu_tanh", num_classes=kwargs.get("num_classes", 0),
                                  global_pool=kwargs.get("global_pool", "map"))
 
-    register_model(vit_jax_test_siglip_tiny)
+    create.__name__ = name  # timm registers a model under its function's name
+    register_model(create)
+    return name
 
 
-def open_clip_siglip(open_clip):
-    """open_clip's SigLIP two towers at the test's size (ViT-B-16-SigLIP.json's settings, smaller)."""
+def open_clip_siglip(timm, image, text):
+    """open_clip's SigLIP two towers at these sizes (ViT-B-16-SigLIP.json's settings, smaller), random weights."""
     from open_clip.model import CustomTextCLIP
 
-    vision = dict(image_size=16, timm_model_name=TIMM_NAME, timm_model_pretrained=False, timm_pool="map",
-                  timm_proj="none")
-    text = dict(context_length=TEXT.max_len, vocab_size=TEXT.vocab_size, width=TEXT.width, heads=TEXT.num_heads,
-                layers=TEXT.depth, mlp_ratio=TEXT.mlp_dim / TEXT.width, no_causal_mask=True, proj_bias=True,
-                pool_type="last", norm_kwargs={"eps": 1e-6}, act_kwargs={"approximate": "tanh"})
-    return CustomTextCLIP(embed_dim=IMAGE.width, vision_cfg=vision, text_cfg=text, init_logit_bias=-10.0).eval()
+    vision = dict(image_size=image.image_size[0], timm_model_name=register_tiny_timm_vit(timm, image),
+                  timm_model_pretrained=False, timm_pool="map", timm_proj="none")
+    text_cfg = dict(context_length=text.max_len, vocab_size=text.vocab_size, width=text.width, heads=text.num_heads,
+                    layers=text.depth, mlp_ratio=text.mlp_dim / text.width, no_causal_mask=True, proj_bias=True,
+                    pool_type="last", norm_kwargs={"eps": 1e-6}, act_kwargs={"approximate": "tanh"})
+    return CustomTextCLIP(embed_dim=image.width, vision_cfg=vision, text_cfg=text_cfg, init_logit_bias=-10.0).eval()
 
 
-def test_open_clip_reads_our_npz_to_the_same_embeddings(tmp_path):
-    open_clip = require_open_clip()
-    import timm
+def open_clip_embeddings(timm, image, text, path, images, ids):
+    """(image embeddings, text embeddings, t, b) of the .npz at `path` read by open_clip's own big_vision loader,
+    after checking that the loader filled every array of open_clip's model."""
     import torch
     from open_clip.convert import load_big_vision_weights
 
-    register_tiny_timm_vit(timm)
+    model = open_clip_siglip(timm, image, text)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    load_big_vision_weights(model, str(path))
+    unread = [k for k, v in model.state_dict().items() if torch.equal(v, before[k])]
+    assert not unread, unread  # every array of open_clip's model came from the file
+    with torch.no_grad():
+        zimg = model.encode_image(torch.from_numpy(images.transpose(0, 3, 1, 2)), normalize=True).numpy()
+        ztxt = model.encode_text(torch.from_numpy(ids), normalize=True).numpy()
+        return zimg, ztxt, float(model.logit_scale), float(model.logit_bias)
+
+
+def test_open_clip_reads_our_npz_to_the_same_embeddings(tmp_path):
+    require_open_clip()
+    import timm
+
     spec = ImageTextSpec(IMAGE, TEXT, IMAGE.width, image_proj=False)
     rng = np.random.RandomState(0)
     params = jax.tree.map(lambda s: (0.3 * rng.standard_normal(s.shape)).astype(np.float32), spec.shapes())
     path = tmp_path / "siglip.npz"
     save_siglip_npz(str(path), params, spec)
 
-    model = open_clip_siglip(open_clip)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    load_big_vision_weights(model, str(path))
-    unread = [k for k, v in model.state_dict().items() if torch.equal(v, before[k])]
-    assert not unread, unread  # every array of open_clip's model came from the file
-
     images = rng.uniform(-1, 1, (3, 16, 16, 3)).astype(np.float32)
     ids = rng.randint(0, TEXT.vocab_size, (3, TEXT.max_len))
-    with torch.no_grad():
-        theirs_img = model.encode_image(torch.from_numpy(images.transpose(0, 3, 1, 2)), normalize=True).numpy()
-        theirs_txt = model.encode_text(torch.from_numpy(ids), normalize=True).numpy()
-        theirs_t, theirs_b = float(model.logit_scale), float(model.logit_bias)
+    theirs_img, theirs_txt, theirs_t, theirs_b = open_clip_embeddings(timm, IMAGE, TEXT, path, images, ids)
 
     loaded_spec, loaded = load_siglip_npz(str(path))
     bound = lambda p: loaded_spec.model().bind(p)  # noqa: E731
@@ -89,3 +98,37 @@ def test_open_clip_reads_our_npz_to_the_same_embeddings(tmp_path):
     np.testing.assert_allclose(np.asarray(ours_txt), theirs_txt, atol=1e-5)
     assert theirs_t == pytest.approx(float(np.asarray(t).reshape(-1)[0]))
     assert theirs_b == pytest.approx(float(np.asarray(b).reshape(-1)[0]))
+
+
+@pytest.mark.slow
+def test_a_run_without_an_image_projection_opens_in_open_clip(tmp_path, digits_data_dir, monkeypatch):
+    """End to end: a 2-step SigLIP run of both towers with `siglip.image_proj=False` (the demo's data, the towers
+    tiny), written by `vit-jax convert --to siglip` (no `img/head`), and read by open_clip's loader:
+    open_clip's embeddings, t and b are the run's own."""
+    require_open_clip()
+    import timm
+
+    from tests.train.test_image_text_training import clip_config
+    from vit_jax.commands import convert
+    from vit_jax.data import text_ops
+    from vit_jax.train.trainer import Trainer
+
+    monkeypatch.setenv("VIT_JAX_CACHE", str(tmp_path / "cache"))
+    text_ops.forget_run_tokenizers()
+    c = clip_config(digits_data_dir, **{"siglip.image_proj": False})
+    trainer = Trainer(c, str(tmp_path / "run"))
+    trainer.train()
+    path = tmp_path / "siglip.npz"
+    assert convert.main(["--checkpoint", str(tmp_path / "run"), "--output", str(path), "--to", "siglip"]) == 0
+    assert not any(k.startswith("img/head") for k in np.load(path).files)
+
+    objective = trainer.program.objective
+    rng = np.random.RandomState(2)
+    images = rng.uniform(-1, 1, (4, 16, 16, 3)).astype(np.float32)
+    ids = rng.randint(0, c.siglip.text_vocab_size, (4, c.siglip.text_max_len)).astype(np.int32)
+    params = jax.device_get(trainer.state["params"])
+    ours_img, ours_txt, t, b = jax.jit(objective.embed)(params, None, images, ids)
+    theirs = open_clip_embeddings(timm, objective.model.cfg, objective.text_cfg, path, images, ids)
+    np.testing.assert_allclose(theirs[0], np.asarray(ours_img), atol=1e-5)
+    np.testing.assert_allclose(theirs[1], np.asarray(ours_txt), atol=1e-5)
+    assert theirs[2] == pytest.approx(float(np.log(t))) and theirs[3] == pytest.approx(float(b))
