@@ -1,6 +1,8 @@
 """Test set-up: 8 simulated CPU devices (mesh tests run in-process) and the persistent compilation cache."""
 
+import fcntl
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -11,7 +13,13 @@ sys.path.insert(0, str(ROOT))
 
 from vit_jax.runtime import configure_jax  # noqa: E402
 
-configure_jax(num_cpu_devices=8, cache_dir=ROOT / ".cache" / "xla")
+# The checkout's compilation cache, for this process and for every process a test starts (trainers, probes, sweep
+# jobs: they inherit the environment), so a program compiled once in a run is loaded, not compiled, everywhere else.
+# Without the variable those processes used ~/.cache/vit_jax/xla, another cache, cold on a fresh machine.
+# VIT_JAX_TEST_CACHE_DIR=<empty folder> times the suite as a fresh clone runs it without emptying the shared one.
+CACHE_DIR = Path(os.environ.get("VIT_JAX_TEST_CACHE_DIR") or ROOT / ".cache" / "xla")
+os.environ["VIT_JAX_CACHE_DIR"] = str(CACHE_DIR)
+configure_jax(num_cpu_devices=8, cache_dir=CACHE_DIR)
 
 
 GOLDEN = ROOT / "tests" / "assets" / "golden"  # copied from ../shared/golden (see the README there)
@@ -39,24 +47,44 @@ def golden_dir() -> Path:
     return GOLDEN
 
 
+def build_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder `name` filled by `build(folder)` once per test run, not once per pytest-xdist worker: the workers of
+    a run share their base temporary folder's parent; the first to take the lock builds, the others wait and reuse
+    what it built (a build that failed is redone by the next taker). A session fixture alone is per worker: `make
+    test`'s three workers each built the same datasets and reference runs."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the build fails
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
+def _prepared(name: str):
+    def build(folder: Path) -> None:
+        from vit_jax.data import pipeline
+
+        pipeline.open_dataset(name, data_dir=str(folder), prepare=True)
+
+    return build
+
+
 @pytest.fixture(scope="session")
 def digits_data_dir(tmp_path_factory) -> str:
-    """A TFDS data_dir with the embedded digits dataset built once for the whole session."""
-    from vit_jax.data import pipeline
-
-    path = str(tmp_path_factory.mktemp("tfds_digits"))
-    pipeline.open_dataset("digits", data_dir=path, prepare=True)
-    return path
+    """A TFDS data_dir with the embedded digits dataset built once for the whole run (read-only to the tests)."""
+    return str(build_once(tmp_path_factory, "tfds_digits", _prepared("digits")))
 
 
 @pytest.fixture(scope="session")
 def mosaic_data_dir(tmp_path_factory) -> str:
-    """A TFDS data_dir with the generated digits_mosaic segmentation set built once for the whole session."""
-    from vit_jax.data import pipeline
-
-    path = str(tmp_path_factory.mktemp("tfds_mosaic"))
-    pipeline.open_dataset("digits_mosaic", data_dir=path, prepare=True)
-    return path
+    """A TFDS data_dir with the generated digits_mosaic segmentation set built once for the whole run."""
+    return str(build_once(tmp_path_factory, "tfds_mosaic", _prepared("digits_mosaic")))
 
 
 @pytest.fixture(scope="session")
@@ -92,20 +120,22 @@ def gcs():
 # incarnation"). Not --dist loadgroup: pytest-xdist 3.8 marks a group by rewriting `item._nodeid`, which pytest 9
 # no longer reads (seen 2026-12-02: no grouping at all).
 # The longest files go first (longest-processing-time-first scheduling), so no long one starts last and leaves one
-# worker idle at the end. Measured on 2 cores (2026-12-06, three workers, the wave's files included: SLURM ~290 s,
-# pod storage ~330 s, multi-process ~250 s, resume ~200 s, demo ~130 s, then the training files of the new families
-# and objectives, 50-110 s each); the other files follow in collection order.
-LONGEST_FIRST = ("tests/launch/test_slurm_cluster.py", "tests/storage/test_pod_storage.py",
-                 "tests/launch/test_multiprocess_training.py", "tests/train/test_resume.py", "tests/test_demo.py",
-                 "tests/train/test_trainer.py", "tests/train/test_swin_segmentation_training.py",
-                 "tests/train/test_dino_training.py", "tests/train/test_step.py",
-                 "tests/checkpoints/test_checkpoint_failures.py", "tests/train/test_distillation.py",
+# worker idle at the end. Ordered by a cold run on 2 cores (2026-12-06, three workers, per-file seconds: pod storage
+# 299, SLURM 208, multi-process 159, trainer 143, resume 124, demo 112, bench steps 86, checkpoint failures 76, ViT
+# 72, parallel equivalence 72, interop 70, plan objectives 64: the twelve longest), then the other files of the
+# earlier order (the training files of the new families and objectives); the rest follow in collection order.
+LONGEST_FIRST = ("tests/storage/test_pod_storage.py", "tests/launch/test_slurm_cluster.py",
+                 "tests/launch/test_multiprocess_training.py", "tests/train/test_trainer.py",
+                 "tests/train/test_resume.py", "tests/test_demo.py", "tests/bench/test_bench_steps.py",
+                 "tests/checkpoints/test_checkpoint_failures.py", "tests/models/test_vit.py",
+                 "tests/train/test_parallel_equivalence.py", "tests/checkpoints/test_interop.py",
+                 "tests/bench/test_plan_objectives.py", "tests/train/test_swin_segmentation_training.py",
+                 "tests/train/test_dino_training.py", "tests/train/test_step.py", "tests/train/test_distillation.py",
                  "tests/train/test_mpp_training.py", "tests/train/test_mae_training.py", "tests/train/test_stages.py",
-                 "tests/bench/test_aot_plan.py", "tests/bench/test_bench_steps.py",
-                 "tests/train/test_image_text_training.py", "tests/train/test_swin_training.py",
-                 "tests/train/test_vjepa.py", "tests/models/test_attention_impl.py", "tests/models/test_dino.py",
-                 "tests/train/test_bit_training.py", "tests/train/test_parallel_equivalence.py",
-                 "tests/bench/test_plan_objectives.py", "tests/bench/test_gpu_check.py")
+                 "tests/bench/test_aot_plan.py", "tests/train/test_image_text_training.py",
+                 "tests/train/test_swin_training.py", "tests/train/test_vjepa.py",
+                 "tests/models/test_attention_impl.py", "tests/models/test_dino.py",
+                 "tests/train/test_bit_training.py", "tests/bench/test_gpu_check.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -7,24 +7,25 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import build_once
 from tests.launch.helpers import STEPS, one_and_two_processes
 
 
 @pytest.fixture(scope="session")
-def digits_dir(tmp_path_factory) -> str:
-    """The digits dataset built once for the session, so that no two processes race to build it."""
-    from vit_jax.data import pipeline
-
-    path = tmp_path_factory.mktemp("tfds")
-    pipeline.open_dataset("digits", data_dir=str(path))
-    return str(path)
+def digits_dir(digits_data_dir) -> str:
+    """The digits dataset built before any job starts, so that no two processes race to build it (tests/conftest.py:
+    once per test run, shared with the in-process tests)."""
+    return digits_data_dir
 
 
 @pytest.fixture(scope="session")
 def uninterrupted(digits_dir, tmp_path_factory) -> dict[str, Path]:
     """The same training run as 1 process x 4 devices and as 2 processes x 2 devices (global batch 32 both): the
-    reference of the local launcher's and the SLURM launcher's interrupted runs."""
-    return one_and_two_processes(tmp_path_factory.mktemp("uninterrupted"), digits_dir, STEPS)
+    reference of the local launcher's and the SLURM launcher's interrupted runs. Run once per test run: under
+    `make test` the multi-process and SLURM files run on different workers, which both need it."""
+    root = build_once(tmp_path_factory, "uninterrupted",
+                      lambda folder: one_and_two_processes(folder, digits_dir, STEPS))
+    return {"one": root / "one", "two": root / "two"}
 
 
 @pytest.fixture(scope="session")

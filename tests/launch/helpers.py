@@ -21,11 +21,16 @@ LOCAL_LAUNCHER = ROOT / "launch" / "local.py"
 STEPS = 40
 
 
+def cache_dir() -> str:
+    """The compilation cache of the test run (tests/conftest.py sets it: the checkout's, or VIT_JAX_TEST_CACHE_DIR)."""
+    return os.environ.get("VIT_JAX_CACHE_DIR") or str(ROOT / ".cache" / "xla")
+
+
 def job_env() -> dict[str, str]:
     """The environment of every process the tests start: CPU only, the shared compilation cache, no cluster."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("SLURM_") and k not in ("XLA_FLAGS", "VIT_JAX_DISTRIBUTED", "TPU_WORKER_HOSTNAMES")}
-    env.update(PYTHONPATH=str(ROOT), VIT_JAX_CACHE_DIR=str(ROOT / ".cache" / "xla"), JAX_PLATFORMS="cpu",
+    env.update(PYTHONPATH=str(ROOT), VIT_JAX_CACHE_DIR=cache_dir(), JAX_PLATFORMS="cpu",
                TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     return env
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.launch.helpers import cache_dir
 from vit_jax.train.stages import set_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +55,7 @@ def train_command(workdir, data_dir, *flags) -> list[str]:
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
-    e["VIT_JAX_CACHE_DIR"] = str(ROOT / ".cache" / "xla")
+    e["VIT_JAX_CACHE_DIR"] = cache_dir()
     return e
 
 
