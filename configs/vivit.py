@@ -3,32 +3,32 @@ projects/vivit/configs/kinetics400/vivit_base_factorised_encoder.py), from an Im
 the video model (central-frame tubelet kernel, position embedding for the spatial encoder).
 
     python -m vit_jax.main --config=configs/vivit.py:data=kinetics400,init=ViT-B_16.npz --workdir=...
-    args: data=NAME (a TFDS dataset whose `image` holds each clip's frames stacked vertically, the layout
-    decode_clip reads, and `label`), frames=NUM stored frames per example (default 64: 32 sampled 2 apart need 63),
-    init=PATH (an image ViT-B/16: official .npz, timm .safetensors or a run), variant=ViViT-FE-B/16x2 | ViViT-B/16x2,
-    epochs=30.
+    args: data=NAME (a TFDS dataset with `label`), video=FEATURE (its TFDS `Video` feature, one encoded image per
+    frame, as ucf101 and kinetics-style builders store clips: `video` for those; empty: each clip's frames stacked
+    vertically in `image`, the layout decode_clip reads), frames=NUM stored frames per example of that stacked layout
+    (default 64: 32 sampled 2 apart need 63), init=PATH (an image ViT-B/16: official .npz, timm .safetensors or a
+    run), variant=ViViT-FE-B/16x2 | ViViT-B/16x2, epochs=30.
 
-Recipe (scenic's config): 32 frames at stride 2, the short side resized to 256 (when the clips are prepared: there is
-no clip resize op) and a 224 crop, tubelets 2x16x16,
+Recipe (scenic's config): 32 frames at stride 2, the short side resized to 256 and a 224 crop, tubelets 2x16x16,
 spatial ViT-B (12 blocks) then a 4-block temporal Transformer, class tokens; SGD with momentum 0.9, base lr 0.05,
 cosine with 2.5 epochs of linear warmup, 30 epochs, batch 64, gradient clipping at norm 1, no weight decay (l2 0),
 no label smoothing, no dropout. The paper's Kinetics-400 accuracies are measured with multi-view evaluation
 (4 temporal x 3 spatial views, scenic's num_test_clips and do_three_spatial_crops).
 
 Not applied (no clip ops for them yet): scale jitter (0.9-1.33), colour augmentation (p 0.8, colour drop 0.1),
-and the 4x3 multi-view evaluation (one central clip and crop here). Kinetics itself must be prepared by the user
-into the layout above; TFDS `Video` features are not decoded by vit-jax's ops.
+and the 4x3 multi-view evaluation (one central clip and crop here). With video=FEATURE only the sampled frames of
+each video are decoded (sample_clip before decode_frames).
 """
 
 from vit_jax.train.config import default_config, parse_config_args
 
-FRAMES, STRIDE, CROP = 32, 2, 224
+FRAMES, STRIDE, CROP, SHORT_SIDE = 32, 2, 224, 256
 KINETICS_400_TRAIN = 214_834  # scenic's figure (the set shrinks as videos leave YouTube)
 
 
 def get_config(arg=None):
-    a = parse_config_args(arg, {"data": "kinetics400", "frames": "64", "init": "", "variant": "ViViT-FE-B/16x2",
-                                "epochs": "30"})
+    a = parse_config_args(arg, {"data": "kinetics400", "video": "", "frames": "64", "init": "",
+                                "variant": "ViViT-FE-B/16x2", "epochs": "30"})
     c = default_config()
     c.model.variant = a["variant"]
     c.model.num_frames = FRAMES
@@ -37,12 +37,17 @@ def get_config(arg=None):
     c.model.dtype = "bfloat16"
     c.data.name = a["data"]
     c.data.train_split, c.data.eval_split = "train", "validation"
-    stored = int(a["frames"])
     # Every frame is resized and cropped alike: the clip ops crop one window for all of them.
-    c.data.pp_train = (f"decode_clip({stored})|sample_clip({FRAMES}, stride={STRIDE})|"
-                       f"random_crop_clip({CROP})|value_range(-1,1)")
-    c.data.pp_eval = (f"decode_clip({stored})|sample_clip({FRAMES}, stride={STRIDE}, random=False)|"
-                      f"central_crop_clip({CROP})|value_range(-1,1)")
+    if a["video"]:  # a TFDS Video feature: sample the encoded frames, then decode only those
+        key = a["video"]
+        train = f"sample_clip({FRAMES}, stride={STRIDE}, key='{key}')|decode_frames('{key}')"
+        test = f"sample_clip({FRAMES}, stride={STRIDE}, random=False, key='{key}')|decode_frames('{key}')"
+    else:
+        stored = int(a["frames"])
+        train = f"decode_clip({stored})|sample_clip({FRAMES}, stride={STRIDE})"
+        test = f"decode_clip({stored})|sample_clip({FRAMES}, stride={STRIDE}, random=False)"
+    c.data.pp_train = f"{train}|resize_small_clip({SHORT_SIDE})|random_crop_clip({CROP})|value_range(-1,1)"
+    c.data.pp_eval = f"{test}|resize_small_clip({SHORT_SIDE})|central_crop_clip({CROP})|value_range(-1,1)"
     c.batch_size = 64
     c.total_epochs = float(a["epochs"])
     c.optimizer.name = "sgd"

@@ -22,7 +22,16 @@ def test_vivit_is_scenics_kinetics_factorised_encoder_recipe():
     assert (o.name, o.momentum, o.lr, o.warmup_epochs, o.schedule, o.grad_clip_norm, o.weight_decay) == (
         "sgd", 0.9, 0.05, 2.5, "cosine", 1.0, 0.0)
     assert (c.batch_size, c.total_epochs, c.init.checkpoint, c.init.required) == (64, 30.0, "vit_b16.npz", True)
-    assert "sample_clip(32, stride=2)" in c.data.pp_train
+    assert "sample_clip(32, stride=2)" in c.data.pp_train and "resize_small_clip(256)|random_crop_clip(224)" in (
+        c.data.pp_train)
+    # ucf101 / kinetics-style TFDS builders: a Video feature, sampled encoded and then decoded
+    c = load("vivit").get_config("init=vit_b16.npz,data=ucf101,video=video")
+    validate(c)
+    assert c.data.pp_train.startswith("sample_clip(32, stride=2, key='video')|decode_frames('video')|")
+    assert c.data.pp_eval.startswith("sample_clip(32, stride=2, random=False, key='video')|decode_frames('video')|")
+    from vit_jax.data import pp
+    for spec in (c.data.pp_train, c.data.pp_eval):
+        pp.build(spec)  # every op exists and takes its arguments
 
 
 def test_vjepa_pretrains_a_headless_joint_vit_l_with_the_papers_masks():

@@ -129,13 +129,19 @@ def _first_int(feature) -> int:
     return feature.int64_list.value[0]
 
 
+def _bytes_list(feature) -> list:
+    return list(feature.bytes_list.value)
+
+
 def _int64_list(feature) -> list:
     return list(np.asarray(feature.int64_list.value, np.int64))
 
 
 def _flat_parser(features):
     """A parser of serialized tf.Examples into exactly what TFDS's numpy parser returns (images left encoded),
-    for feature dicts made only of uint8 Images, Texts, ClassLabels and Sequences of ClassLabels; else None."""
+    for feature dicts made only of uint8 Images, Texts, ClassLabels and Sequences of ClassLabels; else None.
+    A uint8 Video (a Sequence of Images, each frame stored encoded) reads as the list of its encoded frames (TFDS's
+    numpy parser cannot leave them encoded); video_ops decodes them."""
     import tensorflow_datasets as tfds
     from tensorflow_datasets.proto import tf_example_pb2
 
@@ -143,7 +149,9 @@ def _flat_parser(features):
         return None
     readers = {}
     for name, feature in features.items():
-        if isinstance(feature, tfds.features.Image) and feature.np_dtype == np.uint8:
+        if isinstance(feature, tfds.features.Video) and feature.np_dtype == np.uint8:
+            readers[name] = _bytes_list
+        elif isinstance(feature, tfds.features.Image) and feature.np_dtype == np.uint8:
             readers[name] = _first_bytes
         elif isinstance(feature, tfds.features.Text):
             readers[name] = _first_bytes

@@ -1,7 +1,13 @@
 """Preprocessing ops for clips (an example's `image` as (T, H, W, 3) uint8 frames), as in ViViT/scenic's video
 pipelines: decode the stored frames, sample a clip in time (frame stride, a random temporal crop in training, the
-central one in evaluation) and crop every frame of it at the same place. The ops that work per pixel (value_range,
-normalize) take clips as they are.
+central one in evaluation), resize and crop every frame of it at the same place. The ops that work per pixel
+(value_range, normalize) take clips as they are.
+
+Two stored layouts:
+- one image of the frames stacked vertically (moving_digits): `decode_clip(16)|sample_clip(8, stride=2)|...`;
+- a TFDS `Video` feature (ucf101, kinetics-style builders: one encoded image per frame, under the feature's name,
+  e.g. `video`): `sample_clip(8, stride=2, key="video")|decode_frames("video")|resize_small_clip(128)|...` samples
+  the encoded frames first, so only the clip's frames are decoded.
 
 `decode_clip(16)|sample_clip(8, stride=2)|random_crop_clip(28)|value_range(-1, 1)|onehot(40)`
 
@@ -13,12 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from vit_jax.data import decode
+from vit_jax.data import cv, decode
 from vit_jax.data.pp import Example, Op, register
 
 
 def _clip(ex: Example, op: str) -> np.ndarray:
     clip = ex["image"]
+    if _is_encoded_frames(clip):
+        raise ValueError(f"op {op} needs decoded frames: put `decode_frames` before it in the op string")
     if isinstance(clip, (bytes, np.bytes_)) or np.ndim(clip) != 4:
         raise ValueError(f"op {op} needs a decoded clip (frames, height, width, channels): put `decode_clip` "
                          "before it in the op string")
@@ -40,24 +48,96 @@ def make_decode_clip(frames: int) -> Op:
     return op
 
 
+def _is_encoded_frames(value) -> bool:
+    """A sequence of encoded frames (a TFDS Video feature as the parser reads it), not a decoded clip."""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and isinstance(value[0], (bytes, np.bytes_))
+    return isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "SO"
+
+
+@register("decode_frames")
+def make_decode_frames(key: str = "image") -> Op:
+    """Decodes the encoded frames of `example[key]` (a TFDS `Video` feature: one JPEG/PNG per frame) into the
+    example's `image`, (T, H, W, 3) uint8; `key` is dropped when it is not `image`. A frame that does not decode
+    makes the record bad (DecodeError: the pipeline substitutes and counts it); frames of different sizes too."""
+
+    def op(ex: Example, rng: np.random.Generator) -> Example:
+        stored = ex.get(key)
+        if isinstance(stored, np.ndarray) and stored.ndim == 4:  # already decoded (TFDS's own parser decodes them)
+            return {**{k: v for k, v in ex.items() if k != key}, "image": stored}
+        if stored is None or not _is_encoded_frames(stored):
+            raise ValueError(f"decode_frames({key!r}): the example has no sequence of encoded frames under {key!r} "
+                             f"(keys: {', '.join(sorted(ex))})")
+        frames = [decode.decode_rgb(bytes(f)) for f in stored]
+        if len({f.shape for f in frames}) != 1:
+            raise decode.DecodeError(f"decode_frames({key!r}): frames of different sizes "
+                                     f"{sorted({f.shape for f in frames})}")
+        out = {k: v for k, v in ex.items() if k != key}
+        out["image"] = np.stack(frames)
+        return out
+
+    return op
+
+
 @register("sample_clip")
-def make_sample_clip(frames: int, stride: int = 1, random: bool = True) -> Op:
+def make_sample_clip(frames: int, stride: int = 1, random: bool = True, key: str = "image") -> Op:
     """`frames` frames `stride` apart: from a uniformly drawn start (a random temporal crop; `random=True`, for
     training) or from the start that centres them (evaluation). A clip shorter than the span is looped, as scenic's
-    sampling does for short videos."""
+    sampling does for short videos. It samples a decoded clip, or (before `decode_frames`) a sequence of encoded
+    frames under `key`, so that only the sampled frames are decoded."""
     if frames < 1 or stride < 1:
         raise ValueError(f"sample_clip({frames}, stride={stride}): frames and stride must be positive")
     span = (frames - 1) * stride + 1
 
     def op(ex: Example, rng: np.random.Generator) -> Example:
-        clip = _clip(ex, "sample_clip")
-        extra = clip.shape[0] - span
+        stored = ex.get(key)
+        encoded = _is_encoded_frames(stored)
+        clip = stored if encoded else _clip({"image": stored}, "sample_clip")
+        count = len(clip)
+        if count == 0:
+            raise decode.DecodeError("sample_clip: the video has no frames")
+        extra = count - span
         if extra >= 0:
             start = int(rng.integers(0, extra + 1)) if random else extra // 2
             index = start + stride * np.arange(frames)
         else:
-            index = (stride * np.arange(frames)) % clip.shape[0]
-        return {**ex, "image": np.ascontiguousarray(clip[index])}
+            index = (stride * np.arange(frames)) % count
+        picked = [clip[i] for i in index] if encoded else np.ascontiguousarray(clip[index])
+        return {**ex, key: picked}
+
+    return op
+
+
+@register("resize_small_clip")
+def make_resize_small_clip(size: int) -> Op:
+    """Resizes every frame so its shorter side is `size`, keeping the aspect ratio (scenic's short-side resize)."""
+    if size < 1:
+        raise ValueError(f"resize_small_clip({size}): give a positive size")
+
+    def op(ex: Example, rng: np.random.Generator) -> Example:
+        clip = _clip(ex, "resize_small_clip")
+        h, w = clip.shape[1:3]
+        ratio = size / min(h, w)
+        out_h, out_w = max(1, round(h * ratio)), max(1, round(w * ratio))
+        if (out_h, out_w) == (h, w):
+            return ex
+        return {**ex, "image": np.stack([cv.resize(frame, out_h, out_w) for frame in clip])}
+
+    return op
+
+
+@register("resize_clip")
+def make_resize_clip(h: int, w: int | None = None) -> Op:
+    """Resizes every frame to (h, w) (square if w is omitted), bilinearly, ignoring the aspect ratio."""
+    w = h if w is None else w
+    if h < 1 or w < 1:
+        raise ValueError(f"resize_clip({h}, {w}): give a positive size")
+
+    def op(ex: Example, rng: np.random.Generator) -> Example:
+        clip = _clip(ex, "resize_clip")
+        if clip.shape[1:3] == (h, w):
+            return ex
+        return {**ex, "image": np.stack([cv.resize(frame, h, w) for frame in clip])}
 
     return op
 
