@@ -101,7 +101,7 @@ def test_open_clip_reads_our_npz_to_the_same_embeddings(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_without_an_image_projection_opens_in_open_clip(tmp_path, digits_data_dir, monkeypatch):
+def test_a_run_without_an_image_projection_opens_in_open_clip(tmp_path, digits_data_dir, monkeypatch, request):
     """End to end: a 2-step SigLIP run of both towers with `siglip.image_proj=False` (the demo's data, the towers
     tiny), written by `vit-jax convert --to siglip` (no `img/head`), and read by open_clip's loader:
     open_clip's embeddings, t and b are the run's own."""
@@ -115,6 +115,7 @@ def test_a_run_without_an_image_projection_opens_in_open_clip(tmp_path, digits_d
 
     monkeypatch.setenv("VIT_JAX_CACHE", str(tmp_path / "cache"))
     text_ops.forget_run_tokenizers()
+    request.addfinalizer(text_ops.forget_run_tokenizers)  # the run makes 'digits' mean its workdir's copy
     c = clip_config(digits_data_dir, **{"siglip.image_proj": False})
     trainer = Trainer(c, str(tmp_path / "run"))
     trainer.train()

@@ -68,7 +68,13 @@ def build_pairs(data_dir: str, name: str = NAME, several: bool = False) -> None:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pairs")
+    text_ops.forget_run_tokenizers()
+    yield make_setup(tmp_path_factory.mktemp("pairs"))
+    text_ops.forget_run_tokenizers()  # the runs here made the tokenizer's path mean their workdir's copy
+
+
+def make_setup(root):
+    """The pairs dataset, a SentencePiece model trained on its captions, and configs/siglip.py made tiny for them."""
     build_pairs(str(root / "tfds"))
     captions = [ex["caption"] for _, ex in captioned_images(64, 0)]
     tokenizer = text_ops.train_tokenizer(captions, str(root / "user" / "pairs"), 40)

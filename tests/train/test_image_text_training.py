@@ -33,10 +33,10 @@ TINY = {"model.width": 32, "model.depth": 1, "model.mlp_dim": 64, "model.num_hea
 def tokenizer_cache(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("VIT_JAX_CACHE", str(tmp_path_factory.mktemp("spm")))
-    text_ops.load_tokenizer.cache_clear()
+    text_ops.forget_run_tokenizers()  # and the loaded ones
     yield
     mp.undo()
-    text_ops.load_tokenizer.cache_clear()
+    text_ops.forget_run_tokenizers()  # the runs here made 'digits' mean their workdir's copy
 
 
 def clip_config(data_dir, **overrides):
