@@ -143,8 +143,9 @@ def keep_tokenizer_with_run(name: str, run_dir: str, write: bool) -> dict[str, d
             used = str(copy)
     _run_copies[name] = used
     load_tokenizer.cache_clear()  # ops and prompts built from now on read `used`
-    digest = hashlib.sha256(_model_bytes(used)).hexdigest()
-    return {RUN_TOKENIZER: {"tokenizer": name, "sha256": digest}} if used == str(copy) else {}
+    if used != str(copy):
+        return {}
+    return {RUN_TOKENIZER: {"tokenizer": name, "sha256": hashlib.sha256(_model_bytes(used)).hexdigest()}}
 
 
 def forget_run_tokenizers() -> None:
