@@ -208,22 +208,29 @@ def test_a_finetune_root_that_matches_no_run_is_reported(sweep_root, tmp_path):
     assert "no finished fine-tuning run in" in md and "starts from a run of" in md
 
 
-def test_pareto_chart_colours_the_three_families_as_figure_5(tmp_path):
+def test_pareto_chart_colours_the_three_families_as_figure_5_and_swin_as_its_own(tmp_path):
     root = tmp_path / "families"
     for name, family, exaflops, top1 in (("vit", "ViT", 1.0, 0.7), ("bit", "ResNet", 2.0, 0.6),
-                                         ("hybrid", "Hybrid", 3.0, 0.8), ("bit-big", "ResNet", 4.0, 0.75)):
+                                         ("hybrid", "Hybrid", 3.0, 0.8), ("bit-big", "ResNet", 4.0, 0.75),
+                                         ("swin", "Swin", 2.5, 0.65)):
         write_run(root, name, exaflops, top1, 0.5, family)
     states, _ = read_sweep_root(root)
     fig = pareto_figure(sweep_rows(states, "eval/top1"), "eval/top1", "device-days", tmp_path / "p.png", paper_rows())
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    families = ["Hybrid", "ResNet (BiT)", "Transformer (ViT)"]
+    families = ["Hybrid", "ResNet (BiT)", "Swin", "Transformer (ViT)"]
     assert [label for label in labels if label in families] == families
     assert sorted(label for label in labels if label.startswith("paper Table 6: ")) == \
-        [f"paper Table 6: {f}" for f in families]
-    # Our runs: one filled collection per family, three distinct colours; the paper's 18 rows: hollow markers.
+        [f"paper Table 6: {f}" for f in families if f != "Swin"]  # the paper has no Swin
+    # Our runs: one filled collection per family, four distinct colours; the paper's 18 rows: hollow markers.
     filled = {tuple(c.get_facecolor()[0]) for c in ax.collections if c.get_label() in families}
-    assert len(filled) == 3
+    assert len(filled) == 4
+    # A Swin run's summary says its family as the trainer writes it (the family seam's report label).
+    from vit_jax.models.family import family_of
+    from vit_jax.models.swin_config import swin_config
+
+    assert family_of(swin_config("Swin-32-2-2", num_classes=10, image_size=16, patch_size=2,
+                                 window_size=4)).label(None) == "Swin"
     hollow = [c for c in ax.collections if c.get_label().startswith("paper Table 6")]
     assert len(hollow) == len(paper_rows()) == 18
     assert len({tuple(c.get_edgecolor()[0]) for c in hollow}) == 3
