@@ -6,7 +6,8 @@ BiT ResNet-v2 of two one-unit stages (BiT-R1-1x1) and a hybrid (a one-unit BiT s
 ViT on its 4x4 feature map) at the shorter one, and configs/demo_swin.py's Swin (not in the paper) at the shorter one
 too: nine runs of configs/demo.py, all with the demo's recipe (Adam, as the paper trained its ResNets); the eight
 without the Swin finish in well under 15 minutes on 2 CPU cores (most of each run is start-up, compilation and
-evaluation; the Swin adds its own, not yet timed as part of the sweep). The ResNet and the hybrid run one length only, to keep the sweep within a
+evaluation; the Swin's run took 114 s on a machine shared with other jobs, where the others took 66-192 s:
+docs/models.md). The ResNet and the hybrid run one length only, to keep the sweep within a
 third more time than the ViT-only one (at 15 epochs, measured once: BiT 98.9% test top-1 against 98.3% at 5, the
 hybrid 96.7% against 89.2%).
 
