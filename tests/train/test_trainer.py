@@ -73,25 +73,27 @@ def test_checkpoint_is_self_describing_and_loads_anywhere(finished_run):
 
 
 def test_restore_onto_an_fsdp_and_tensor_mesh_then_continue_training(finished_run, tmp_path):
-    # The 12-step run (data 2 x fsdp 4) continued to step 16 on its own mesh and on fsdp 2 x tensor 4: the
-    # parameters land on the new shardings and training goes on to the same losses.
+    # The 12-step run (data 2 x fsdp 4) restored at step 8 and continued to its end on its own mesh and on fsdp 2 x
+    # tensor 4: the parameters land on the new shardings and training goes on to the same losses. (From step 8 of
+    # the same 12 steps rather than on to a 16th: the length is compiled into the train step, so the run on its own
+    # mesh loads the fixture's program from the compilation cache instead of compiling another.)
     workdir, c, _ = finished_run
     runs = {}
     for name, mesh in (("same", (2, 4, 1)), ("tensor", (1, 2, 4))):
         shutil.copytree(workdir, tmp_path / name)
+        shutil.rmtree(tmp_path / name / "checkpoints" / "12")
         c2 = c.copy_and_resolve_references()
-        c2.total_steps = 16
         c2.mesh.data, c2.mesh.fsdp, c2.mesh.tensor = mesh
         c2.eval.fewshot.datasets = ()
         t = Trainer(c2, str(tmp_path / name))
-        assert t.start_step == 12
+        assert t.start_step == 8
         if name == "tensor":
             spec = t.state["params"]["encoder"]["blocks"]["mlp"]["fc1"]["kernel"].sharding.spec
             assert "tensor" in str(spec) and "fsdp" in str(spec), spec
         t.train()
         rows = [json.loads(line) for line in open(tmp_path / name / "metrics.jsonl")]
-        runs[name] = {r["step"]: r["train/loss"] for r in rows if "train/loss" in r and r["step"] > 12}
-    assert sorted(runs["same"]) == [13, 14, 15, 16]
+        runs[name] = {r["step"]: r["train/loss"] for r in rows if "train/loss" in r and r["step"] > 8}
+    assert sorted(runs["same"]) == [9, 10, 11, 12]
     for step, loss in runs["same"].items():
         assert runs["tensor"][step] == pytest.approx(loss, rel=1e-4, abs=1e-5)
 
@@ -164,17 +166,20 @@ def test_loss_spike_guard_skips_a_step_whose_loss_jumps(tmp_path, digits_data_di
     assert bool(metrics["finite"]) and int(state["consecutive_skips"]) == 0
 
 
+# demo_config's 12 steps, not fewer: the length is compiled into the train step (its learning-rate schedule), so the
+# tests whose point is not the length share one program (this file's and test_checkpoint_failures.py's 12-step runs
+# on the default mesh), compiled once per run instead of once per length.
 def test_a_failing_final_evaluation_still_saves_the_final_checkpoint(tmp_path, digits_data_dir):
-    c = demo_config(digits_data_dir, **{"total_steps": 4, "eval.fewshot.datasets": ("digits",),
+    c = demo_config(digits_data_dir, **{"eval.fewshot.datasets": ("digits",),
                                         "eval.fewshot.test_split": "no_such_split"})
     with pytest.raises(ValueError, match="no split 'no_such_split'"):
         Trainer(c, str(tmp_path)).train()
     ckpt = RunCheckpointer(os.path.join(str(tmp_path), "checkpoints"))
-    assert ckpt.latest_step() == 4  # the rerun (with the split fixed) resumes at the end and only evaluates
+    assert ckpt.latest_step() == 12  # the rerun (with the split fixed) resumes at the end and only evaluates
     ckpt.close()
     c.eval.fewshot.test_split = ""
     summary = Trainer(c, str(tmp_path)).train()
-    assert summary["steps"] == 4 and "fewshot/digits/5shot" in summary["final"]
+    assert summary["steps"] == 12 and "fewshot/digits/5shot" in summary["final"]
 
 
 def test_sigmoid_training_tracks_precision_at_1_as_its_best(tmp_path, digits_data_dir, capsys):
@@ -237,11 +242,11 @@ def test_eval_command_reproduces_the_final_evaluation(finished_run, tmp_path):
 
 
 def test_a_relative_workdir_works(tmp_path, digits_data_dir, monkeypatch):
-    # Orbax rejects relative checkpoint paths; `make demo` passes workdirs/demo.
+    # Orbax rejects relative checkpoint paths; `make demo` passes workdirs/demo. (12 steps: the shared program.)
     monkeypatch.chdir(tmp_path)
-    summary = Trainer(demo_config(digits_data_dir, total_steps=2), "rel/run").train()
+    summary = Trainer(demo_config(digits_data_dir), "rel/run").train()
     assert summary["workdir"] == str(tmp_path / "rel" / "run")
-    assert os.listdir(tmp_path / "rel" / "run" / "checkpoints") == ["2"]
+    assert os.listdir(tmp_path / "rel" / "run" / "checkpoints") == ["12"]
     assert (tmp_path / "rel" / "run" / "summary.json").exists()
 
 
