@@ -1,16 +1,24 @@
 """V-JEPA: multi-block masks (ratios, static counts, the same positions in every time step), the EMA target encoder
-(exact update, no gradient), the loss's gradients, and its encoder fine-tuning as a video classifier."""
+(exact update, no gradient), the loss's gradients, the collapse check, its encoder fine-tuning as a video
+classifier, and a run through the trainer resuming bit-identically from a mid-run checkpoint."""
+
+import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.launch.helpers import losses
+from tests.train.helpers import ROOT, apply_overrides
 from vit_jax.checkpoints.surgery import adapt_params
+from vit_jax.checkpoints.training import load_state_from_run
 from vit_jax.models.build import build_model
 from vit_jax.models.video_config import video_config
 from vit_jax.models.vjepa import VJEPAConfig, block_union, mask_order
+from vit_jax.train.config import config_module
 from vit_jax.train.objectives.vjepa import ENCODER, VJEPA, target_spread
+from vit_jax.train.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +94,50 @@ def test_target_spread_is_the_mean_std_across_clips_and_zero_for_identical_clips
     assert float(same["target_std"]) == pytest.approx(0.0, abs=1e-5)
     assert 0.1 < float(distinct["target_std"]) / 4 < 2.0  # the step sums over the counted clips
     assert float(distinct["count"]) == 4.0
+
+
+def vjepa_run_config(data_dir, **overrides):
+    """configs/demo_video.py made tiny for V-JEPA: 4 frames of 32 px in 2x8x8 tubelets (2x4x4 tokens), width 32,
+    depth 1, a predictor of width 16 and depth 1; 4 steps of 8 clips, a checkpoint every 2."""
+    c = config_module(ROOT / "configs" / "demo_video.py").get_config()
+    clip = "decode_clip(16)|sample_clip(4, stride=2{})|value_range(-1,1)"
+    return apply_overrides(c, {
+        "objective": "vjepa", "data.data_dir": data_dir, "total_epochs": 0.0, "total_steps": 4, "batch_size": 8,
+        "model.width": 32, "model.depth": 1, "model.mlp_dim": 64, "model.num_heads": 2, "model.num_frames": 4,
+        "model.pool": "gap", "data.pp_train": clip.format(""), "data.pp_eval": clip.format(", random=False"),
+        "vjepa.predictor_width": 16, "vjepa.predictor_depth": 1, "vjepa.predictor_heads": 2,
+        "vjepa.ema_start": 0.9, "loss.label_smoothing": 0.0, "optimizer.warmup_epochs": 0.0,
+        "optimizer.warmup_steps": 1, "log_every_steps": 1, "eval.every_epochs": 0.0, "eval.evaluators": (),
+        "checkpoint.every_epochs": 0.0, "checkpoint.every_steps": 2, **overrides})
+
+
+@pytest.fixture(scope="module")
+def small_clips(tmp_path_factory):
+    """moving_digits built with small splits (the generator is the same; only the counts differ)."""
+    from vit_jax.data import datasets, moving_digits
+
+    path = str(tmp_path_factory.mktemp("tfds_clips"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(moving_digits, "SPLITS", {"train": (0, 32), "test": (1, 8)})
+        datasets.open_dataset("moving_digits", data_dir=path)
+    return path
+
+
+def test_a_vjepa_run_resumed_from_its_step_2_checkpoint_is_bit_identical(small_clips, tmp_path):
+    full_dir, resumed_dir = tmp_path / "full", tmp_path / "resumed"
+    trainer = Trainer(vjepa_run_config(small_clips), str(full_dir))
+    summary = trainer.train()
+    assert summary["status"] == "finished" and summary["steps"] == 4
+    shutil.copytree(full_dir / "checkpoints" / "2", resumed_dir / "checkpoints" / "2")
+    resumed = Trainer(vjepa_run_config(small_clips), str(resumed_dir))  # the same program: the compile cache's
+    assert resumed.start_step == 2
+    resumed.train()
+    full = losses(full_dir)
+    assert losses(resumed_dir) == {3: full[3], 4: full[4]}  # same masks and data order: bit-identical losses
+    shapes = {"params": trainer.program.model.shapes, "extra": trainer.program.objective.extra_shapes()}
+    a, b = (load_state_from_run(str(d), shapes)[1] for d in (full_dir, resumed_dir))
+    assert set(a["extra"]) == set(ENCODER)  # the target encoder is saved with the parameters
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+    # and the target encoder moved off the encoder (the EMA ran) without being equal to it
+    assert not np.array_equal(a["extra"]["encoder"]["blocks"]["mlp"]["fc1"]["kernel"],
+                              a["params"]["encoder"]["blocks"]["mlp"]["fc1"]["kernel"])
