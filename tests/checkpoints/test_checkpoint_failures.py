@@ -114,10 +114,13 @@ def small_filesystem(path: Path, size_kib: int):
 
 def test_a_full_disk_stops_the_run_before_the_save_that_cannot_fit_with_one_line_and_exit_74(tmp_path,
                                                                                            digits_data_dir):
-    # Checkpoints of the demo model take ~4.5 MiB: a few fit on 20 MiB, then one does not.
-    with small_filesystem(tmp_path / "disk", 20 * 1024) as disk:
+    # Checkpoints of the demo model take ~1.7 MiB (2026-12-06): a few fit on 10 MiB, then one does not, well before
+    # step 24. 24 steps: the length of test_resume.py's runs, whose train step (the length is compiled into its
+    # learning-rate schedule) this run then loads from the compilation cache instead of compiling its own (was: 40
+    # steps on 20 MiB, where the disk filled up only at step ~24).
+    with small_filesystem(tmp_path / "disk", 10 * 1024) as disk:
         workdir = disk / "run"
-        out = run(train_command(workdir, digits_data_dir, "--config.total_steps=40",
+        out = run(train_command(workdir, digits_data_dir, "--config.total_steps=24",
                                 "--config.checkpoint.every_steps=2", "--config.checkpoint.keep=100"))
         names = sorted((p.name for p in (workdir / "checkpoints").iterdir()), key=lambda n: int(n))
         problems = {name: step_problem(workdir / "checkpoints" / name) for name in names}
