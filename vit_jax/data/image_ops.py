@@ -184,15 +184,19 @@ def make_resize(h: int, w: int | None = None) -> Op:
                                   lambda m: cv.resize_nearest(m, out_h, out_w), "resize")
 
 
+def small_side_size(h: int, w: int, size: int) -> tuple[int, int]:
+    """(h, w) scaled so the shorter side is `size`, the aspect ratio kept (rounded, at least 1)."""
+    ratio = size / min(h, w)
+    return max(1, round(h * ratio)), max(1, round(w * ratio))
+
+
 @register("resize_small")
 def make_resize_small(size: int) -> Op:
     """Resizes so the shorter side is `size`, keeping the aspect ratio."""
 
     def op(ex: Example, rng: np.random.Generator) -> Example:
         image = _pixels(ex, "resize_small")
-        h, w = image.shape[:2]
-        ratio = size / min(h, w)
-        out_h, out_w = max(1, round(h * ratio)), max(1, round(w * ratio))
+        out_h, out_w = small_side_size(*image.shape[:2], size)
         return _moved(ex, _resize(image, out_h, out_w), lambda m: cv.resize_nearest(m, out_h, out_w),
                       "resize_small")
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from vit_jax.data import cv, decode
+from vit_jax.data.image_ops import small_side_size
 from vit_jax.data.pp import Example, Op, register
 
 
-def _clip(ex: Example, op: str) -> np.ndarray:
-    clip = ex["image"]
+def _clip(clip, op: str) -> np.ndarray:
+    """`clip` (an example's `image`) as a decoded (T, H, W, C) clip, or a one-line error naming the missing op."""
     if _is_encoded_frames(clip):
         raise ValueError(f"op {op} needs decoded frames: put `decode_frames` before it in the op string")
     if isinstance(clip, (bytes, np.bytes_)) or np.ndim(clip) != 4:
@@ -64,17 +65,17 @@ def make_decode_frames(key: str = "image") -> Op:
     def op(ex: Example, rng: np.random.Generator) -> Example:
         stored = ex.get(key)
         if isinstance(stored, np.ndarray) and stored.ndim == 4:  # already decoded (TFDS's own parser decodes them)
-            return {**{k: v for k, v in ex.items() if k != key}, "image": stored}
-        if stored is None or not _is_encoded_frames(stored):
+            clip = stored
+        elif stored is not None and _is_encoded_frames(stored):
+            frames = [decode.decode_rgb(bytes(f)) for f in stored]
+            if len({f.shape for f in frames}) != 1:
+                raise decode.DecodeError(f"decode_frames({key!r}): frames of different sizes "
+                                         f"{sorted({f.shape for f in frames})}")
+            clip = np.stack(frames)
+        else:
             raise ValueError(f"decode_frames({key!r}): the example has no sequence of encoded frames under {key!r} "
                              f"(keys: {', '.join(sorted(ex))})")
-        frames = [decode.decode_rgb(bytes(f)) for f in stored]
-        if len({f.shape for f in frames}) != 1:
-            raise decode.DecodeError(f"decode_frames({key!r}): frames of different sizes "
-                                     f"{sorted({f.shape for f in frames})}")
-        out = {k: v for k, v in ex.items() if k != key}
-        out["image"] = np.stack(frames)
-        return out
+        return {**{k: v for k, v in ex.items() if k != key}, "image": clip}
 
     return op
 
@@ -92,7 +93,7 @@ def make_sample_clip(frames: int, stride: int = 1, random: bool = True, key: str
     def op(ex: Example, rng: np.random.Generator) -> Example:
         stored = ex.get(key)
         encoded = _is_encoded_frames(stored)
-        clip = stored if encoded else _clip({"image": stored}, "sample_clip")
+        clip = stored if encoded else _clip(stored, "sample_clip")
         count = len(clip)
         if count == 0:
             raise decode.DecodeError("sample_clip: the video has no frames")
@@ -115,13 +116,8 @@ def make_resize_small_clip(size: int) -> Op:
         raise ValueError(f"resize_small_clip({size}): give a positive size")
 
     def op(ex: Example, rng: np.random.Generator) -> Example:
-        clip = _clip(ex, "resize_small_clip")
-        h, w = clip.shape[1:3]
-        ratio = size / min(h, w)
-        out_h, out_w = max(1, round(h * ratio)), max(1, round(w * ratio))
-        if (out_h, out_w) == (h, w):
-            return ex
-        return {**ex, "image": np.stack([cv.resize(frame, out_h, out_w) for frame in clip])}
+        clip = _clip(ex["image"], "resize_small_clip")
+        return {**ex, "image": _resize_frames(clip, *small_side_size(*clip.shape[1:3], size))}
 
     return op
 
@@ -133,17 +129,18 @@ def make_resize_clip(h: int, w: int | None = None) -> Op:
     if h < 1 or w < 1:
         raise ValueError(f"resize_clip({h}, {w}): give a positive size")
 
-    def op(ex: Example, rng: np.random.Generator) -> Example:
-        clip = _clip(ex, "resize_clip")
-        if clip.shape[1:3] == (h, w):
-            return ex
-        return {**ex, "image": np.stack([cv.resize(frame, h, w) for frame in clip])}
+    return lambda ex, rng: {**ex, "image": _resize_frames(_clip(ex["image"], "resize_clip"), h, w)}
 
-    return op
+
+def _resize_frames(clip: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Every frame resized bilinearly to (h, w); the clip itself when it already has that size."""
+    if clip.shape[1:3] == (h, w):
+        return clip
+    return np.stack([cv.resize(frame, h, w) for frame in clip])
 
 
 def _crop(ex: Example, h: int, w: int | None, random: bool, rng: np.random.Generator, op: str) -> Example:
-    clip = _clip(ex, op)
+    clip = _clip(ex["image"], op)
     w = h if w is None else w
     if clip.shape[1] < h or clip.shape[2] < w:
         raise ValueError(f"{op}({h}, {w}) on frames of {clip.shape[1:3]}: they are smaller than the crop")
