@@ -154,6 +154,33 @@ def configure_jax(num_cpu_devices: int | None = None, cache_dir: str | os.PathLi
         # Cache every program, however small or quick: CPU runs recompile the same small steps many times.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+        cache_cpu_programs_of_every_process()
+
+
+def cache_cpu_programs_of_every_process() -> None:
+    """Lets every process of a multi-process CPU job write its programs to the persistent compilation cache.
+
+    JAX writes entries from process 0 only (several hosts writing one shared cache folder contend, e.g. on GCS). On
+    CPU that leaves the other processes without any hit: their cache keys differ from process 0's (the compile
+    options and the topology fingerprint hold the process's own devices; measured with JAX 0.10.2's key log, two
+    processes on localhost), so process 1 recompiled every program of every 2-process job, ~20 s per job start on
+    2 cores, while process 0 waited for it at the first collective. Distinct keys cannot contend, so on CPU each
+    process now writes its own. Accelerators keep JAX's rule (a pod's hosts share the cache folder). A JAX without
+    the private hook this wraps keeps its own behaviour."""
+    from jax._src import compilation_cache, compiler, distributed
+
+    original = getattr(compiler, "_cache_write", None)
+    if original is None or getattr(original, "_vit_jax_every_process", False):
+        return
+
+    def cache_write(cache_key, compile_time_secs, module_name, backend, executable, host_callbacks):
+        if distributed.global_state.process_id == 0 or backend.platform != "cpu" or host_callbacks:
+            return original(cache_key, compile_time_secs, module_name, backend, executable, host_callbacks)
+        compilation_cache.put_executable_and_time(cache_key, module_name, executable, backend,
+                                                  int(compile_time_secs))
+
+    cache_write._vit_jax_every_process = True
+    compiler._cache_write = cache_write
 
 
 # XLA:CPU compiles with LLVM at -O2. A program run once per process, like parameter initialisation (an unrolled
