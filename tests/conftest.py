@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.launch.helpers import TEST_XLA_FLAGS  # noqa: E402
 from vit_jax.runtime import configure_jax  # noqa: E402
 
 # The checkout's compilation cache, for this process and for every process a test starts (trainers, probes, sweep
@@ -19,6 +20,7 @@ from vit_jax.runtime import configure_jax  # noqa: E402
 # VIT_JAX_TEST_CACHE_DIR=<empty folder> times the suite as a fresh clone runs it without emptying the shared one.
 CACHE_DIR = Path(os.environ.get("VIT_JAX_TEST_CACHE_DIR") or ROOT / ".cache" / "xla")
 os.environ["VIT_JAX_CACHE_DIR"] = str(CACHE_DIR)
+os.environ["XLA_FLAGS"] = " ".join(filter(None, (os.environ.get("XLA_FLAGS"), TEST_XLA_FLAGS)))  # why: helpers.py
 configure_jax(num_cpu_devices=8, cache_dir=CACHE_DIR)
 
 
@@ -139,6 +141,18 @@ LONGEST_FIRST = ("tests/storage/test_pod_storage.py", "tests/launch/test_slurm_c
                  "tests/train/test_bit_training.py", "tests/bench/test_gpu_check.py")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--ids-from", metavar="FILE", help="run only the tests whose node ids FILE lists, one per line "
+                     "(tests/prewave_ids.txt: the suite as it was before this wave, for its time budget)")
+
+
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("ids_from"):
+        wanted = set(Path(config.getoption("ids_from")).read_text().splitlines())
+        missing = wanted - {item.nodeid for item in items}
+        if missing:
+            raise pytest.UsageError(f"--ids-from: {len(missing)} listed tests do not exist, e.g. {min(missing)}")
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in wanted])
+        items[:] = [item for item in items if item.nodeid in wanted]
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(Path(item.fspath).relative_to(ROOT).as_posix(), len(rank)))

@@ -6,14 +6,14 @@ import os
 
 import pytest
 
-from tests.launch.helpers import ROOT, trainer
+from tests.launch.helpers import ROOT, job_env, trainer
 
 
 @pytest.mark.slow
 def test_demo_trains_to_95_percent(tmp_path, digits_data_dir, start_job):
     workdir = tmp_path / "demo"  # `make demo`'s command
     job = start_job(trainer(f"--config={ROOT / 'configs' / 'demo.py'}", f"--workdir={workdir}",
-                            f"--config.data.data_dir={digits_data_dir}"))
+                            f"--config.data.data_dir={digits_data_dir}"), env=job_env(xla_flags=""))  # as users run it
     assert job.finish(timeout=900) == 0, job.tail()
     summary = json.loads((workdir / "summary.json").read_text())
     assert summary["final"]["eval/top1"] >= 0.95, summary["final"]

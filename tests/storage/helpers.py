@@ -11,7 +11,8 @@ DERIVED = ("EPATH_USE_TF", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TE
 
 
 def bucket_job_env(emulator_url: str) -> dict[str, str]:
-    """A job's environment with only STORAGE_EMULATOR_HOST set for storage, as a user would run it."""
-    env = {k: v for k, v in job_env().items() if k not in DERIVED}
+    """A job's environment with only STORAGE_EMULATOR_HOST set for storage, as a user would run it; XLA's default
+    flags (the bucket jobs train the demo's model for hundreds of steps: tests/launch/helpers.py TEST_XLA_FLAGS)."""
+    env = {k: v for k, v in job_env(xla_flags="").items() if k not in DERIVED}
     env["STORAGE_EMULATOR_HOST"] = emulator_url
     return env
