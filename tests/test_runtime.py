@@ -151,3 +151,18 @@ def test_a_one_device_step_reuses_its_temporaries_instead_of_faulting_them_in_ev
     # `always` or glibc's malloc advises huge pages (~640 faults per step then, seen with glibc.malloc.hugetlb=1).
     assert default >= BLOCK // largest_fault_bytes(madvised=glibc_malloc_madvises()) // 2, default
     assert tuned <= default // 10, (tuned, default)
+
+
+def test_a_cpu_process_other_than_0_writes_its_programs_to_the_compilation_cache(monkeypatch):
+    """JAX writes cache entries from process 0 only; configure_jax (run by tests/conftest.py) lets every CPU process
+    write its own (their keys differ per process, so they cannot contend)."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src import compiler, distributed
+
+    assert getattr(compiler._cache_write, "_vit_jax_every_process", False)
+    cache = Path(jax.config.jax_compilation_cache_dir)
+    monkeypatch.setattr(distributed.global_state, "process_id", 1)
+    before = set(os.listdir(cache))
+    jax.jit(lambda x: x * 3.0 + 7.5).lower(jnp.ones(17)).compile()  # a program no other test compiles
+    assert [name for name in set(os.listdir(cache)) - before if name.startswith("jit__lambda")]

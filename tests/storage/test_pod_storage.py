@@ -4,7 +4,7 @@ dataset and workdir in the bucket, jobs given only STORAGE_EMULATOR_HOST.
 - prepare-data into the bucket, then the full demo trains from it (reading the bucket in its own order) to >= 95%,
   within a point of the local-disk demo's accuracy, and leaves every output there; `vit-jax eval` reads that run
   directory.
-- The 2-process launcher on the demo's first 200 steps: transient faults mid-read and mid-save, a SIGTERM, a
+- The 2-process launcher on the demo's first 120 steps: transient faults mid-read and mid-save, a SIGTERM, a
   checkpoint cut off mid-upload by a SIGKILL: the losses are bit-identical to an undisturbed run's in the bucket.
 - A bucket that is down: one line naming the path and the cause, before any compilation.
 """
@@ -25,12 +25,13 @@ from vit_jax.storage import remote
 pytestmark = pytest.mark.slow
 
 DEMO = f"--config={ROOT / 'configs' / 'demo.py'}"
-# The demo's model and data for FAULT_STEPS steps (one evaluation at the end, no few-shot, a checkpoint every 60
+# The demo's model and data for FAULT_STEPS steps (one evaluation at the end, no few-shot, a checkpoint every 30
 # steps), as 2 processes of one CPU device each (on 2 cores, 2 x 2 devices ran at about half the speed: cross-process
-# collectives of 4 devices, 2026-12-04). 200 steps hold both resumes of the disturbed run and a checkpoint after them;
-# the full length adds only more of the same program on the same state. The bucket order's accuracy at full length
-# is the prepare-data test's below; 2 processes giving 1 process's losses, tests/launch/.
-CKPT_EVERY, FAULT_STEPS = 60, 200
+# collectives of 4 devices, 2026-12-04). 120 steps hold both resumes of the disturbed run (the SIGTERM after the
+# faulted save at 30, the cut save at 60) and two checkpoints after them; the full length adds only more of the same
+# program on the same state (200 steps until 2026-12-06: 196 s of CPU, the suite's costliest test). The bucket order's
+# accuracy at full length is the prepare-data test's below; 2 processes giving 1 process's losses, tests/launch/.
+CKPT_EVERY, FAULT_STEPS = 30, 120
 # configs/demo.py on local disk at seed 0 (README, configs/demo.py; 97.8-98.6% over seeds 0-4): a bucket run reads
 # the data in its own per-process order and must land within a point of it.
 LOCAL_DEMO_TOP1 = 0.9861
