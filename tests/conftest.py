@@ -122,23 +122,34 @@ def gcs():
 # incarnation"). Not --dist loadgroup: pytest-xdist 3.8 marks a group by rewriting `item._nodeid`, which pytest 9
 # no longer reads (seen 2026-12-02: no grouping at all).
 # The longest files go first (longest-processing-time-first scheduling), so no long one starts last and leaves one
-# worker idle at the end. Ordered by a cold run on 2 cores (2026-12-06, three workers, per-file seconds: pod storage
-# 299, SLURM 208, multi-process 159, trainer 143, resume 124, demo 112, bench steps 86, checkpoint failures 76, ViT
-# 72, parallel equivalence 72, interop 70, plan objectives 64: the twelve longest), then the other files of the
-# earlier order (the training files of the new families and objectives); the rest follow in collection order.
-LONGEST_FIRST = ("tests/storage/test_pod_storage.py", "tests/launch/test_slurm_cluster.py",
-                 "tests/launch/test_multiprocess_training.py", "tests/train/test_trainer.py",
-                 "tests/train/test_resume.py", "tests/test_demo.py", "tests/bench/test_bench_steps.py",
-                 "tests/checkpoints/test_checkpoint_failures.py", "tests/models/test_vit.py",
-                 "tests/train/test_parallel_equivalence.py", "tests/checkpoints/test_interop.py",
-                 "tests/bench/test_plan_objectives.py", "tests/launch/test_multiprocess_dino.py",
-                 "tests/train/test_image_text_tfds.py", "tests/train/test_swin_segmentation_training.py",
-                 "tests/train/test_dino_training.py", "tests/train/test_step.py", "tests/train/test_distillation.py",
-                 "tests/train/test_mpp_training.py", "tests/train/test_mae_training.py", "tests/train/test_stages.py",
-                 "tests/bench/test_aot_plan.py", "tests/train/test_image_text_training.py",
-                 "tests/train/test_swin_training.py", "tests/train/test_vjepa.py",
-                 "tests/models/test_attention_impl.py", "tests/models/test_dino.py",
-                 "tests/train/test_bit_training.py", "tests/bench/test_gpu_check.py")
+# worker idle at the end: pytest-xdist takes the files in collection order once its own reordering (files with the
+# most tests first, the default of --dist loadfile since xdist 3.6) is off, which pytest_configure does below. With it
+# on, this order was ignored: in a cold run of the pre-wave tests (2026-12-06) the pod-storage file started at 577 s
+# and the demo at 825 s, and the run took 1,045 s. Ordered by each file's wall time in that run and in the last whole
+# suite (2 cores, three workers, the larger of the two, seconds: pod storage 445, SLURM 277, resume 229, demo 184,
+# trainer 178, multi-process 166, BiT training 113, checkpoint failures 95, DINO multi-process 81, ...), down to
+# ~30 s; the rest follow in collection order.
+LONGEST_FIRST = (
+    "tests/storage/test_pod_storage.py", "tests/launch/test_slurm_cluster.py", "tests/train/test_resume.py",
+    "tests/test_demo.py", "tests/train/test_trainer.py", "tests/launch/test_multiprocess_training.py",
+    "tests/train/test_bit_training.py", "tests/checkpoints/test_checkpoint_failures.py",
+    "tests/launch/test_multiprocess_dino.py", "tests/checkpoints/test_interop.py", "tests/models/test_vit.py",
+    "tests/train/test_image_text_tfds.py", "tests/train/test_step.py", "tests/models/test_windowed.py",
+    "tests/train/test_mpp_training.py", "tests/bench/test_aot_plan.py", "tests/checkpoints/test_siglip_open_clip.py",
+    "tests/bench/test_bench_steps.py", "tests/train/test_stages.py", "tests/train/test_swin_segmentation_training.py",
+    "tests/train/test_vjepa.py", "tests/bench/test_plan_memory.py", "tests/bench/test_gpu_check.py",
+    "tests/models/test_mae.py", "tests/train/test_dino_training.py", "tests/train/test_image_text_training.py",
+    "tests/models/test_attention_impl.py", "tests/train/test_segmentation_training.py", "tests/launch/test_tpu_vm.py",
+    "tests/train/test_swin_training.py", "tests/models/test_video.py", "tests/train/test_mae_training.py",
+    "tests/bench/test_compare.py", "tests/commands/test_bad_inputs.py", "tests/train/test_distillation.py",
+    "tests/data/test_cutmix.py", "tests/train/test_parallel_equivalence.py", "tests/models/test_dino.py",
+    "tests/bench/test_plan_objectives.py", "tests/models/test_segmentation.py",
+)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist present: keep LONGEST_FIRST's order
+        config.option.loadscopereorder = False
 
 
 def pytest_addoption(parser):
