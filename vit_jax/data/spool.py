@@ -6,7 +6,8 @@ most `parallel` at once, each in 64 MiB ranged reads: see storage.remote.fetch) 
 no request at all, and the per-request latency of the bucket is hidden behind the read-ahead. What stays on disk
 is decided by the reader: `keep(files)` (the streaming plan: the files of the windows in use and the read-ahead)
 deletes the others once no thread reads them; without a plan, the `max_files` most recently used stay. The folder
-is `$VIT_JAX_SPOOL_DIR` (default: the system temp dir) / `vit_jax_spool_*`, deleted by `close()` (and at exit).
+is `$VIT_JAX_SPOOL_DIR` (default: the system temp dir) / `vit_jax_spool_<host>_<pid>_*`, deleted by `close()` (and at
+exit); those of killed processes by the next spool made on the host (storage/scratch.py).
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ import bisect
 import concurrent.futures
 import os
 import shutil
-import tempfile
 import threading
 import time
 from typing import Iterable, Sequence
 
 from vit_jax.data.sources import FileSlice, read_records
-from vit_jax.storage import remote
+from vit_jax.storage import remote, scratch
 
 
 class _File:
@@ -57,7 +57,7 @@ class Spool:
         self.max_files = max_files
         # Object sizes from one listing per folder: each fetch is then a single ranged read, no metadata request.
         self.byte_sizes = remote.sizes(self.urls)
-        self.directory = tempfile.mkdtemp(prefix="vit_jax_spool_", dir=os.environ.get("VIT_JAX_SPOOL_DIR") or None)
+        self.directory = scratch.make_private_dir("vit_jax_spool_", os.environ.get("VIT_JAX_SPOOL_DIR") or None)
         atexit.register(shutil.rmtree, self.directory, True)
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, parallel), "vit_jax_spool")
         self._files: dict[int, _File] = {}

@@ -6,7 +6,6 @@ import json
 import os
 import resource
 import shutil
-import tempfile
 import time
 from typing import Any
 
@@ -14,6 +13,7 @@ import jax
 import numpy as np
 
 from vit_jax import hardware
+from vit_jax.storage import scratch
 
 # (device_kind substring, value) per JAX device, derived from the one hardware table (vit_jax.hardware); the first key
 # contained in a device kind wins. Dense bf16 peak FLOP/s for MFU, and TensorCores per device for TPU-core-days (the
@@ -108,7 +108,7 @@ class MetricWriter:
 
         self._local = wd.is_local(workdir)
         self._tb_dir = wd.path(workdir, "tb")
-        self._mirror = None if self._local else tempfile.mkdtemp(prefix="vit_jax_tb_")
+        self._mirror = None if self._local else scratch.make_private_dir("vit_jax_tb_")
         self._uploaded: dict[str, int] = {}
         self._flush_interval_s = flush_interval_s
         self._flushed_at = time.monotonic()
