@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.launch.helpers import cache_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _smoke(out, target: str = "", resume: bool = False):
-    env = {"PYTHON": sys.executable, "PATH": "/usr/bin:/bin", "VIT_JAX_CACHE_DIR": str(ROOT / ".cache" / "xla"),
+    env = {"PYTHON": sys.executable, "PATH": "/usr/bin:/bin", "VIT_JAX_CACHE_DIR": cache_dir(),  # the test run's cache
            **({"SMOKE_TARGET_MFU": target} if target else {})}
     flags = ["--cpu-smoke", *(["--resume"] if resume else [])]
     return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), *flags, str(out)],
