@@ -12,7 +12,6 @@ exit); those of killed processes by the next spool made on the host (storage/scr
 
 from __future__ import annotations
 
-import atexit
 import bisect
 import concurrent.futures
 import os
@@ -58,7 +57,6 @@ class Spool:
         # Object sizes from one listing per folder: each fetch is then a single ranged read, no metadata request.
         self.byte_sizes = remote.sizes(self.urls)
         self.directory = scratch.make_private_dir("vit_jax_spool_", os.environ.get("VIT_JAX_SPOOL_DIR") or None)
-        atexit.register(shutil.rmtree, self.directory, True)
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, parallel), "vit_jax_spool")
         self._files: dict[int, _File] = {}
         self._lock = threading.Lock()

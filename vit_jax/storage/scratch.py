@@ -12,6 +12,7 @@ mistake each other's folders for stale ones: give each its own VIT_JAX_SPOOL_DIR
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -45,7 +46,7 @@ def remove_stale(prefix: str, parent: str) -> list[str]:
     for name in names:
         m = pattern.match(name)
         path = os.path.join(parent, name)
-        if not m or int(m.group(1)) == os.getpid() or process_alive(int(m.group(1))):
+        if not m or process_alive(int(m.group(1))):  # this process's own folders included
             continue
         try:
             if not os.path.isdir(path) or os.path.islink(path) or os.stat(path).st_uid != os.getuid():
@@ -58,7 +59,10 @@ def remove_stale(prefix: str, parent: str) -> list[str]:
 
 
 def make_private_dir(prefix: str, parent: str | None = None) -> str:
-    """A new folder `<parent>/<prefix><host>_<pid>_<random>` (parent: the temp dir), after removing the stale ones."""
+    """A new folder `<parent>/<prefix><host>_<pid>_<random>` (parent: the temp dir), after removing the stale ones;
+    deleted at exit (its user may delete it sooner)."""
     parent = parent or tempfile.gettempdir()
     remove_stale(prefix, parent)
-    return tempfile.mkdtemp(prefix=f"{prefix}{host_tag()}_{os.getpid()}_", dir=parent)
+    path = tempfile.mkdtemp(prefix=f"{prefix}{host_tag()}_{os.getpid()}_", dir=parent)
+    atexit.register(shutil.rmtree, path, True)
+    return path
