@@ -371,3 +371,19 @@ def test_an_unknown_tfds_name_is_refused_without_searching_the_community_index(t
     assert make_builder("cifar10:3.0.2", str(tmp_path)).name == "cifar10"  # a version, not a namespace
     assert [_community_name(n) for n in ("huggingface:mnist", "mnist:3.0.1", "cifar10/plain:3.*.*", "mnist")] == [
         True, False, False, False]
+
+
+def test_making_a_builder_before_its_data_is_prepared_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    """TFDS makes (and never removes) a temporary folder to look for a builder's info in gs://tfds-data whenever a
+    builder is made before its data is prepared; vit_jax's builders have nothing there and skip the lookup."""
+    import tempfile
+
+    from vit_jax.data.datasets import make_builder
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    (tmp_path / "images" / "a").mkdir(parents=True)
+    builders = [make_builder(name, str(tmp_path / "data")) for name in
+                ("digits", "digits_mosaic", "moving_digits", "imagenet21k", f"folder:{tmp_path / 'images'}")]
+    assert [b.info.name for b in builders] and not list(temp.iterdir())

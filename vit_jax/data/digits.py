@@ -57,7 +57,7 @@ class Digits(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
     RELEASE_NOTES = {"1.0.0": "32x32 RGB PNG, stratified 80/20 split with seed 0."}
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
+        return features.LocalDatasetInfo(
             builder=self,
             description="scikit-learn handwritten digits (UCI optdigits test set), 32x32 RGB.",
             features=features.image_features([str(d) for d in range(10)], encoding="png"),

@@ -53,7 +53,7 @@ class DigitsMosaic(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
     RELEASE_NOTES = {"1.0.0": "32x32 mosaics of 4x4 cells of 8x8 digits on noise, 11-class masks; 2000/500."}
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
+        return features.LocalDatasetInfo(
             builder=self,
             description="Mosaics of scikit-learn handwritten digits with per-pixel labels (0 background, 1+digit).",
             features=tfds.features.FeaturesDict({

@@ -73,7 +73,7 @@ class ImageFolder(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
         super().__init__(config=config_for(root), **kwargs)
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(builder=self, description=self.builder_config.description,
+        return features.LocalDatasetInfo(builder=self, description=self.builder_config.description,
                                      features=features.image_features(None), supervised_keys=("image", "label"))
 
     def _split_generators(self, dl_manager):

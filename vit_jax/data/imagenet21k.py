@@ -147,7 +147,7 @@ class Imagenet21k(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
 
     def _info(self) -> tfds.core.DatasetInfo:
         names = fall11_synsets() if self.builder_config.release == "fall11" else None
-        return tfds.core.DatasetInfo(builder=self, description=self.builder_config.description,
+        return features.LocalDatasetInfo(builder=self, description=self.builder_config.description,
                                      features=features.image_features(names), supervised_keys=("image", "label"))
 
     def _split_generators(self, dl_manager):

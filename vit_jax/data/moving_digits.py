@@ -63,7 +63,7 @@ class MovingDigits(features.LocalBuilderMixin, tfds.core.GeneratorBasedBuilder):
                               "frame; labels digit, direction and digit*4+direction; 4000/500."}
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
+        return features.LocalDatasetInfo(
             builder=self,
             description="A scikit-learn handwritten digit moving across black 32x32 frames; 16 frames stacked in "
                         "one grayscale PNG.",
