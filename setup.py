@@ -22,6 +22,10 @@ INSTALL_REQUIRES = [
     "tensorboard>=2.21,<3",  # its event protos: train/tb_events.py writes the events itself
     "google-crc32c>=1.5",  # TFRecord framing of the event files
     "numpy>=2.0,<3",
+    # jax's low-precision dtypes. 0.7.0 registers its dtypes' numpy ufunc loops at import for ~0.57 s of CPU (0.6.0:
+    # 4 ms; numpy 2.3 and 2.4 alike), which every vit-jax process pays: a tiny 40-step training run took 7.3 s of CPU
+    # with it against 6.5 s with 0.6.0 (4 paired runs each, 2026-12-06, Intel Xeon @ 2.80GHz). jax needs >= 0.5.
+    "ml-dtypes>=0.5,<0.7",
     "pillow>=10",
     "opencv-python-headless>=4.11",  # fast resize (PIL's is ~10x slower); 4.11 is the first with cv2.IMREAD_COLOR_RGB
     "safetensors>=0.4",
