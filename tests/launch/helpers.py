@@ -22,10 +22,12 @@ STEPS = 40
 # The XLA flags of the test processes (tests/conftest.py sets them in the test session's environment; job_env passes
 # them on). The suite compiles hundreds of small programs and runs most for a few steps: XLA:CPU's LLVM at -O0
 # compiled the demo's train step in 2.3-2.4 s against 3.9-4.1 s at the default -O2 (2026-12-06, Intel Xeon @ 2.80GHz,
-# quiet), and the cold suite took 1,447 s instead of 1,708 s. Runs of hundreds of steps (the full demos, the bucket
-# runs) execute slower at -O0 (the demo 309 s vs 205 s in those two suites) and get job_env(xla_flags=""): XLA's
-# defaults, as users' runs have them.
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
+# quiet), and the cold suite took 1,447 s instead of 1,708 s. XLA:CPU's older (non-MLIR) fusion emitters then
+# compile the tiny 40-step trainer's train step in 1.5 s of CPU against 4.0 s (a cold tiny run 11.5 vs 15.2 s of CPU,
+# warm runs no slower; test_trainer.py + test_step.py cold 111 vs 153 s of CPU; 2026-12-06 evening, same CPU). Runs
+# of hundreds of steps (the full demos, the bucket runs) execute slower at -O0 (the demo 309 s vs 205 s in those two
+# suites) and get job_env(xla_flags=""): XLA's defaults, as users' runs have them.
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 
 def cache_dir() -> str:
