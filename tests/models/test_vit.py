@@ -80,7 +80,12 @@ def test_scan_gradients_match_unrolled(tiny):
 
     g_ref = loss(cfg)
     g_scan = loss(cfg.replace(scan=True, remat="full"))
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-4), g_ref, g_scan)
+    # The same fp32 sums in another order: their rounding differences scale with the gradients (the largest entries are
+    # ~1e2; one entry of 12,288 differed by 1.7e-4 under the tests' compile flags, and entries whose true value is 0
+    # come out as rounding noise), so the absolute tolerance is relative to the largest gradient entry. A wrong layer
+    # order or remat bug moves entries by their own size.
+    scale = max(float(np.abs(g).max()) for g in jax.tree.leaves(g_ref))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale), g_ref, g_scan)
 
 
 def test_fused_attention_equals_softmax_path():
