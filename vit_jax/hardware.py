@@ -11,6 +11,7 @@ for GPUs). No JAX import here: the table is read by processes that must not star
 from __future__ import annotations
 
 import dataclasses
+import platform
 import re
 
 GB, GIB = 1e9, 1024**3
@@ -209,3 +210,15 @@ def gpu_target_config(acc: Accelerator) -> str:
     from importlib import resources
 
     return (resources.files("vit_jax.resources") / "gpu_targets" / f"{acc.gpu_target}.txtpb").read_text()
+
+
+def cpu_model() -> str:
+    """This machine's CPU model name (Linux's /proc/cpuinfo; else what the platform module reports)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from vit_jax import cli_args
+from vit_jax import cli_args, hardware
 from vit_jax.models import attention_cpu
 from vit_jax.models.config import ATTENTION_IMPLEMENTATIONS, DTYPES, REMAT_POLICIES
 from vit_jax.train.metrics import CPU_REFERENCE_N, MatmulReference, cpu_seconds
@@ -325,17 +325,6 @@ def attention_kernel(hlo_text: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 # Environment and output.
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def environment() -> dict[str, Any]:
     import jax
     import jaxlib
@@ -352,7 +341,7 @@ def environment() -> dict[str, Any]:
         "device_kind": dev.device_kind,
         "device_count": jax.device_count(),
         "process_count": jax.process_count(),
-        "cpu": cpu_model(),
+        "cpu": hardware.cpu_model(),
         "cpu_cores": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],
         "python": platform.python_version(),
