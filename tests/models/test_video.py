@@ -71,6 +71,10 @@ def test_tubelet_shapes_and_logical_axes(joint):
     patch = clips[0, 2:4, 16:24, 24:32]
     expect = jnp.einsum("tpqc,tpqcd->d", patch, params["embedding"]["kernel"]) + params["embedding"]["bias"]
     np.testing.assert_allclose(embedded[0, 1, 2, 3], expect, atol=1e-5)
+    # Every tubelet: the strided 3D convolution (ViViT's own computation; ours is a matmul, faster on XLA:CPU).
+    conv = jax.lax.conv_general_dilated(clips, params["embedding"]["kernel"], (2, 8, 8), "VALID",
+                                        dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
+    np.testing.assert_allclose(embedded, conv + params["embedding"]["bias"], atol=1e-5)
     logits, out = model.apply(params, clips)
     assert logits.shape == (2, 10) and out["encoded"].shape == (2, 33, 64)
     axes = model.logical_axes
