@@ -1,7 +1,8 @@
 """V-JEPA: multi-block masks (ratios, static counts, the same positions in every time step), the EMA target encoder
-(exact update, no gradient), the loss's gradients, the collapse check, its encoder fine-tuning as a video
-classifier, and a run through the trainer resuming bit-identically from a mid-run checkpoint."""
+(exact update, no gradient), the loss's gradients, averaged (data2vec) targets, the collapse check, its encoder
+fine-tuning as a video classifier, and a run through the trainer resuming bit-identically from a mid-run checkpoint."""
 
+import dataclasses
 import shutil
 
 import jax
@@ -14,6 +15,7 @@ from tests.train.helpers import ROOT, apply_overrides
 from vit_jax.checkpoints.surgery import adapt_params
 from vit_jax.checkpoints.training import load_state_from_run
 from vit_jax.models.build import build_model
+from vit_jax.models.config import ModelConfigError
 from vit_jax.models.video_config import video_config
 from vit_jax.models.vjepa import VJEPAConfig, block_union, mask_order
 from vit_jax.train.config import config_module
@@ -94,6 +96,28 @@ def test_target_spread_is_the_mean_std_across_clips_and_zero_for_identical_clips
     assert float(same["target_std"]) == pytest.approx(0.0, abs=1e-5)
     assert 0.1 < float(distinct["target_std"]) / 4 < 2.0  # the step sums over the counted clips
     assert float(distinct["count"]) == 4.0
+
+
+def test_averaged_targets_are_the_normalised_mean_of_the_last_blocks_normalised_outputs():
+    cfg = video_config("ViViT-B/8x2", width=32, depth=3, mlp_dim=64, num_heads=2, num_frames=4, image_size=32,
+                       num_classes=0, pool="gap")
+    vj = VJEPAConfig(predictor_width=16, predictor_depth=1, predictor_heads=2)
+    paper, averaged = VJEPA(cfg, vj), VJEPA(cfg, dataclasses.replace(vj, target_blocks=2))
+    params = paper.model.init(jax.random.key(0))
+    extra = paper.init_extra(None, params)
+    clips = paper.synthetic_batch(jax.random.key(1), 2)["image"]
+    model = paper.model.bind(params)
+    final, blocks, _ = model.encoder(model.tokens(clips), capture_blocks=True)
+
+    def norm(x):  # LayerNorm without affine parameters, in NumPy
+        x = np.asarray(x, np.float64)
+        return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)
+
+    np.testing.assert_allclose(paper.targets(params, extra, clips), norm(final), atol=2e-5)  # the paper's
+    np.testing.assert_allclose(averaged.targets(params, extra, clips),
+                               norm((norm(blocks[1]) + norm(blocks[2])) / 2), atol=2e-5)
+    with pytest.raises(ModelConfigError, match=r"vjepa.target_blocks \(4\) is more than the encoder's 3 blocks"):
+        VJEPA(cfg, dataclasses.replace(vj, target_blocks=4))
 
 
 def vjepa_run_config(data_dir, **overrides):

@@ -49,12 +49,16 @@ class VJEPAConfig:
     aspect_max: float = 1.5
     ema_start: float = 0.998  # the target encoder's momentum, linear to ema_end over the run
     ema_end: float = 1.0
+    # 1: the target is the encoder's output (the paper's). K > 1: the average of the last K blocks' outputs, each
+    # layer-normalised, normalised again (data2vec's targets, Baevski et al. 2022): lower blocks add detail that
+    # a small encoder's last block alone does not carry.
+    target_blocks: int = 1
 
     def __post_init__(self):
         if min(self.predictor_width, self.predictor_depth, self.predictor_heads, self.short_blocks,
-               self.long_blocks) < 1 or self.predictor_width % self.predictor_heads:
-            raise ModelConfigError("vjepa.predictor_width, predictor_depth, predictor_heads, short_blocks and "
-                                   "long_blocks must be positive, the width a multiple of the heads")
+               self.long_blocks, self.target_blocks) < 1 or self.predictor_width % self.predictor_heads:
+            raise ModelConfigError("vjepa.predictor_width, predictor_depth, predictor_heads, short_blocks, "
+                                   "long_blocks and target_blocks must be positive, the width a multiple of the heads")
         if not (0 < self.short_scale < 1 and 0 < self.long_scale < 1 and 0 < self.aspect_min <= self.aspect_max):
             raise ModelConfigError("vjepa: short_scale and long_scale must be in (0, 1), 0 < aspect_min <= aspect_max")
         if not 0.0 <= self.ema_start <= self.ema_end <= 1.0:
@@ -150,10 +154,19 @@ def posemb_sincos_3d(nt: int, gh: int, gw: int, width: int) -> np.ndarray:
     return out[None].astype(np.float32)
 
 
-def check_encoder(cfg: VideoConfig) -> None:
+def check_encoder(cfg: VideoConfig, vj: VJEPAConfig | None = None) -> None:
     if cfg.encoder != "joint" or cfg.pool != "gap" or cfg.num_classes:
         raise ModelConfigError("V-JEPA pretrains a joint video ViT without class token or head: model.video_encoder="
                                "'joint', model.pool='gap' (the objective builds it with no head)")
+    if vj is not None and vj.target_blocks > cfg.depth:
+        raise ModelConfigError(f"vjepa.target_blocks ({vj.target_blocks}) is more than the encoder's {cfg.depth} "
+                               "blocks")
+
+
+def layer_norm(x: jax.Array) -> jax.Array:
+    """LayerNorm over the features without affine parameters (jepa's F.layer_norm on the targets), in float32."""
+    x = x.astype(jnp.float32)
+    return (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(x.var(-1, keepdims=True) + 1e-6)
 
 
 class Predictor(nnx.Module):
@@ -192,9 +205,10 @@ class VJEPAViT(VideoViT):
     """A video ViT encoder (no head) and a V-JEPA predictor; FunctionalViT(cfg, partial(VJEPAViT, vjepa=...))."""
 
     def __init__(self, cfg: VideoConfig, *, vjepa: VJEPAConfig, rngs: nnx.Rngs):
-        check_encoder(cfg)
+        check_encoder(cfg, vjepa)
         super().__init__(cfg, rngs=rngs)
         self.predictor = Predictor(cfg, vjepa, rngs=rngs)
+        self.target_blocks = vjepa.target_blocks
 
     def tokens(self, clips: jax.Array) -> jax.Array:
         """Clips -> tubelet tokens with their positions (B, N, D)."""
@@ -204,14 +218,18 @@ class VJEPAViT(VideoViT):
 
     def targets(self, clips: jax.Array) -> jax.Array:
         """The target encoder's view (this module holding the EMA parameters): every token's features after the
-        encoder, layer-normalised without affine parameters (jepa's F.layer_norm on the target)."""
-        x, _, _ = self.encoder(self.tokens(clips))
-        x = x.astype(jnp.float32)
-        return (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(x.var(-1, keepdims=True) + 1e-6)
+        encoder, layer-normalised without affine parameters (jepa's F.layer_norm on the target); with
+        `target_blocks` K > 1, the normalised average of the last K blocks' normalised outputs."""
+        k = self.target_blocks
+        x, blocks, _ = self.encoder(self.tokens(clips), capture_blocks=k > 1)
+        if k == 1:
+            return layer_norm(x)
+        return layer_norm(jnp.mean(jax.vmap(layer_norm)(blocks[-k:]), axis=0))
 
-    def predict(self, clips: jax.Array, order: jax.Array, num_context: int, mask_type: int,
+    def predict(self, tokens: jax.Array, order: jax.Array, num_context: int, mask_type: int,
                 rng: jax.Array | None = None) -> jax.Array:
-        """Context encoder on the first `num_context` tokens of `order`, predictor -> (B, N - K, D) predictions."""
-        x = jnp.take_along_axis(self.tokens(clips), order[:, :num_context, None], axis=1)
+        """Context encoder on the first `num_context` of `tokens` (B, N, D) in `order` (the clip's `tokens`, embedded
+        once for every mask), then the predictor -> (B, N - K, D) predictions."""
+        x = jnp.take_along_axis(tokens, order[:, :num_context, None], axis=1)
         context, _, _ = self.encoder(x, key=rng)
         return self.predictor(context, order, num_context, mask_type)

@@ -33,7 +33,7 @@ class VJEPA(Objective):
     extra_from_params = True
 
     def __init__(self, model_cfg, vjepa: VJEPAConfig):
-        check_encoder(model_cfg)
+        check_encoder(model_cfg, vjepa)
         self.vjepa = vjepa
         self.model = FunctionalViT(model_cfg, functools.partial(VJEPAViT, vjepa=vjepa))
         self.specs = vjepa.masks()
@@ -93,10 +93,11 @@ class VJEPA(Objective):
         if targets is None:
             targets = self.targets(params, extra, clips)
         model = self.model.bind(params)
+        tokens = model.tokens(clips)  # embedded once for both masks
         losses = []
         for i, order in enumerate(orders):
             k = self.num_context[i]
-            pred = model.predict(clips, order, k, i, rng=None if rng is None else jax.random.fold_in(rng, i))
+            pred = model.predict(tokens, order, k, i, rng=None if rng is None else jax.random.fold_in(rng, i))
             target = jnp.take_along_axis(targets, order[:, k:, None], axis=1)
             losses.append(jnp.abs(pred.astype(jnp.float32) - target).mean(axis=(1, 2)))
         return sum(losses) / len(losses)
