@@ -154,11 +154,11 @@ def posemb_sincos_3d(nt: int, gh: int, gw: int, width: int) -> np.ndarray:
     return out[None].astype(np.float32)
 
 
-def check_encoder(cfg: VideoConfig, vj: VJEPAConfig | None = None) -> None:
+def check_encoder(cfg: VideoConfig, vj: VJEPAConfig) -> None:
     if cfg.encoder != "joint" or cfg.pool != "gap" or cfg.num_classes:
         raise ModelConfigError("V-JEPA pretrains a joint video ViT without class token or head: model.video_encoder="
                                "'joint', model.pool='gap' (the objective builds it with no head)")
-    if vj is not None and vj.target_blocks > cfg.depth:
+    if vj.target_blocks > cfg.depth:
         raise ModelConfigError(f"vjepa.target_blocks ({vj.target_blocks}) is more than the encoder's {cfg.depth} "
                                "blocks")
 

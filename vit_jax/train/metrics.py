@@ -81,7 +81,8 @@ CPU_PEAK_FILE = "vit_jax_cpu_peak.json"
 def _cpu_identity(n: int) -> dict:
     """What a shared CPU measurement must match: the CPU model, the cores this process may use, its CPU devices."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": hardware.cpu_model(), "cores": cores, "devices": jax.local_device_count(), "n": n, "jax": jax.__version__}
+    return {"cpu": hardware.cpu_model(), "cores": cores, "devices": jax.local_device_count(), "n": n,
+            "jax": jax.__version__}
 
 
 def shared_cpu_peak(cache_dir: str | None, n: int = CPU_REFERENCE_N, measure=None,
