@@ -52,6 +52,17 @@ def test_mix_switches_between_mixup_and_cutmix_and_mixes_labels_by_the_kept_area
     np.testing.assert_allclose(kept, lam[cut], atol=1e-6)  # cut batches: pixels either image's, lambda = kept share
 
 
+def test_cutmix_on_clips_cuts_the_same_box_in_every_frame():
+    clips = jnp.arange(4 * 3 * H * W * 2, dtype=jnp.float32).reshape(4, 3, H, W, 2)  # (B, T, H, W, C)
+    batch = {"image": clips, "labels": jax.nn.one_hot(jnp.arange(4), 4)}
+    out = jax.jit(lambda k: mix(batch, k, 0.0, 1.0))(jax.random.key(3))
+    taken = np.asarray((out["image"] == clips[::-1]).all(-1) & (out["image"] != clips).all(-1))  # (B, T, H, W)
+    box = taken[0, 0]
+    assert 0 < box.sum() < H * W, "a box strictly inside the frame for this key"
+    assert (taken == box).all(), "every clip and every frame cut at the same place"
+    np.testing.assert_allclose(float(out["mixup_lambda"]), 1.0 - box.mean(), atol=1e-6)
+
+
 def test_lamb_is_optax_lamb():
     o = ml_collections.ConfigDict(dict(name="lamb", b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.05,
                                        decay_mask="all", grad_clip_norm=0.0, mu_dtype="float32", layer_decay=0.0,

@@ -58,8 +58,10 @@ def mix(batch: dict, rng: jax.Array, mixup_alpha: float = 0.0, cutmix_alpha: flo
     use_cutmix = jax.random.bernoulli(k_switch, switch_prob) if mixup_alpha else jnp.bool_(True)
     images, labels = batch["image"], batch["labels"]
     lam = jax.random.beta(k_lam, cutmix_alpha, cutmix_alpha, dtype=jnp.float32)
-    box, cut_lam = cutmix_box(k_box, lam, images.shape[1], images.shape[2])
-    cut_images = jnp.where(box[None, :, :, None], jnp.flip(images, 0), images)
+    # The box is over the last two spatial axes: (B, H, W, C) images, and (B, T, H, W, C) clips, whose every frame
+    # is cut at the same place (the pasted region is one clip's tube, as the label mix assumes).
+    box, cut_lam = cutmix_box(k_box, lam, images.shape[-3], images.shape[-2])
+    cut_images = jnp.where(box[:, :, None], jnp.flip(images, 0), images)
     mixed = mixup(batch, k_mix, mixup_alpha) if mixup_alpha else {**batch, "mixup_lambda": jnp.float32(1.0)}
     lam = jnp.where(use_cutmix, cut_lam, mixed["mixup_lambda"])
     out = dict(batch)
