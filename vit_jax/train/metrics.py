@@ -11,9 +11,11 @@ from typing import Any
 
 import jax
 import numpy as np
+from etils import epath
 
 from vit_jax import hardware
 from vit_jax.storage import scratch
+from vit_jax.train import workdir as wd
 
 # (device_kind substring, value) per JAX device, derived from the one hardware table (vit_jax.hardware); the first key
 # contained in a device kind wins. Dense bf16 peak FLOP/s for MFU, and TensorCores per device for TPU-core-days (the
@@ -107,10 +109,9 @@ def shared_cpu_peak(cache_dir: str | None, n: int = CPU_REFERENCE_N, measure=Non
     flops = float(measure())
     if path:
         try:
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump({"identity": identity, "flops": flops, "measured_at": now}, f)
-            os.replace(tmp, path)  # atomic: concurrent runs read a whole file or none
+            # atomic (wd.write_bytes): concurrent runs read a whole file or none
+            wd.write_bytes(epath.Path(path), json.dumps({"identity": identity, "flops": flops,
+                                                              "measured_at": now}).encode())
         except OSError:
             pass
     return flops, f"measured fp32 {n}^2 matmul"
@@ -148,7 +149,6 @@ class MetricWriter:
         self._tb = None
         if not enabled:
             return
-        from vit_jax.train import workdir as wd
         from vit_jax.train.tb_events import EventFileWriter
 
         self._local = wd.is_local(workdir)
@@ -191,7 +191,6 @@ class MetricWriter:
     def _sync(self) -> None:
         if self._local:
             return
-        from vit_jax.train import workdir as wd
 
         if self._dirty:
             wd.write_bytes(self._path, "".join(self._lines).encode())
