@@ -224,7 +224,7 @@ class VJEPAViT(VideoViT):
         x, blocks, _ = self.encoder(self.tokens(clips), capture_blocks=k > 1)
         if k == 1:
             return layer_norm(x)
-        return layer_norm(jnp.mean(jax.vmap(layer_norm)(blocks[-k:]), axis=0))
+        return layer_norm(layer_norm(blocks[-k:]).mean(axis=0))  # blocks: (depth, B, N, D), normalised per token
 
     def predict(self, tokens: jax.Array, order: jax.Array, num_context: int, mask_type: int,
                 rng: jax.Array | None = None) -> jax.Array:

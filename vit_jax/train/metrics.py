@@ -191,7 +191,6 @@ class MetricWriter:
     def _sync(self) -> None:
         if self._local:
             return
-
         if self._dirty:
             wd.write_bytes(self._path, "".join(self._lines).encode())
             self._dirty = False
