@@ -120,6 +120,32 @@ def test_averaged_targets_are_the_normalised_mean_of_the_last_blocks_normalised_
         VJEPA(cfg, dataclasses.replace(vj, target_blocks=4))
 
 
+def test_one_mask_type_per_step_is_that_types_loss_and_gradient_alone(objective):
+    both, params = objective
+    one = VJEPA(both.model.cfg, dataclasses.replace(both.vjepa, masks_per_step=1))
+    one.total_steps = 100
+    extra = one.init_extra(None, params)
+    inputs = jax.jit(one.inputs)(one.synthetic_batch(jax.random.key(1), 2), jax.random.key(2))
+    clips, orders = inputs["image"], (inputs["short"], inputs["long"])
+    per_type = [np.asarray(jax.jit(lambda p, i=i: both.per_example_loss(p, extra, clips, orders, mask_type=i))(params))
+                for i in (0, 1)]
+    np.testing.assert_allclose(jax.jit(both.loss)(params, inputs, jax.random.key(3), extra), np.mean(per_type),
+                               rtol=1e-6)  # the paper's: both types, averaged
+    loss_and_grad = jax.jit(jax.value_and_grad(one.loss))
+    drawn = set()
+    for k in range(6):
+        loss, grads = loss_and_grad(params, inputs, jax.random.key(k), extra)
+        t = [i for i in (0, 1) if np.isclose(loss, per_type[i].mean(), rtol=1e-6, atol=0)]
+        assert len(t) == 1  # exactly one type's loss
+        token_grads = np.asarray(grads["predictor"]["mask_tokens"])
+        assert token_grads[t[0]].any() and not token_grads[1 - t[0]].any()  # the other type is not computed
+        drawn.add(t[0])
+    assert drawn == {0, 1}  # drawn from the step's key: both types occur
+    assert one.flops.forward < both.flops.forward  # half the context encoder and predictor, in expectation
+    with pytest.raises(ModelConfigError, match="vjepa.masks_per_step must be 1 or 2, not 3"):
+        VJEPAConfig(masks_per_step=3)
+
+
 def vjepa_run_config(data_dir, **overrides):
     """configs/demo_video.py made tiny for V-JEPA: 4 frames of 32 px in 2x8x8 tubelets (2x4x4 tokens), width 32,
     depth 1, a predictor of width 16 and depth 1; 4 steps of 8 clips, a checkpoint every 2."""

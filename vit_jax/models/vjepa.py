@@ -53,6 +53,10 @@ class VJEPAConfig:
     # layer-normalised, normalised again (data2vec's targets, Baevski et al. 2022): lower blocks add detail that
     # a small encoder's last block alone does not carry.
     target_blocks: int = 1
+    # 2: every step predicts both mask types from each clip (the paper's). 1: each step draws one of the two types
+    # (each with probability 1/2) for the whole batch: about half the context-encoder and predictor compute a step,
+    # for runs whose time budget would otherwise cut their steps.
+    masks_per_step: int = 2
 
     def __post_init__(self):
         if min(self.predictor_width, self.predictor_depth, self.predictor_heads, self.short_blocks,
@@ -61,6 +65,8 @@ class VJEPAConfig:
                                    "long_blocks and target_blocks must be positive, the width a multiple of the heads")
         if not (0 < self.short_scale < 1 and 0 < self.long_scale < 1 and 0 < self.aspect_min <= self.aspect_max):
             raise ModelConfigError("vjepa: short_scale and long_scale must be in (0, 1), 0 < aspect_min <= aspect_max")
+        if self.masks_per_step not in (1, 2):
+            raise ModelConfigError(f"vjepa.masks_per_step must be 1 or 2, not {self.masks_per_step}")
         if not 0.0 <= self.ema_start <= self.ema_end <= 1.0:
             raise ModelConfigError(f"vjepa: 0 <= ema_start ({self.ema_start}) <= ema_end ({self.ema_end}) <= 1")
 

@@ -48,14 +48,17 @@ class VJEPA(Objective):
 
     def _flops(self, cfg) -> Flops:
         """Per clip: the target encoder on every token (no backward: frozen), and per mask type the context encoder
-        on its context tokens and the predictor on all tokens (matrix products only)."""
+        on its context tokens and the predictor on all tokens (matrix products only); with `masks_per_step` 1, each
+        mask type's share is its expected one, half."""
         full = video_flops(cfg).forward
         n, d, pw = cfg.num_tubelets, cfg.width, self.vjepa.predictor_width
+        share = 1.0 if self.vjepa.masks_per_step == 2 else 0.5
         parts = {}
         for i, k in enumerate(self.num_context):
-            parts[f"context_encoder{i}"] = cfg.depth * _block_flops(k, d, cfg.mlp_dim) + \
-                2.0 * n * cfg.tubelet * cfg.patch_size[0] * cfg.patch_size[1] * 3 * d
-            parts[f"predictor{i}"] = self.vjepa.predictor_depth * _block_flops(n, pw, 4 * pw) + 2.0 * 2 * n * d * pw
+            parts[f"context_encoder{i}"] = share * (cfg.depth * _block_flops(k, d, cfg.mlp_dim) +
+                                                    2.0 * n * cfg.tubelet * cfg.patch_size[0] * cfg.patch_size[1] * 3 * d)
+            parts[f"predictor{i}"] = share * (self.vjepa.predictor_depth * _block_flops(n, pw, 4 * pw) +
+                                              2.0 * 2 * n * d * pw)
         return Flops(forward=sum(parts.values()), breakdown={**parts, "target_encoder": full}, frozen_forward=full)
 
     # --- extra state: the target encoder --------------------------------------------------------------------------
@@ -89,22 +92,31 @@ class VJEPA(Objective):
         """The target encoder's layer-normalised features of every token (B, N, D), without gradient."""
         return self.model.bind({**params, **jax.lax.stop_gradient(extra)}).targets(clips)
 
-    def per_example_loss(self, params, extra, clips, orders, rng=None, targets=None):
+    def per_example_loss(self, params, extra, clips, orders, rng=None, targets=None, mask_type=None):
+        """(B,) loss averaged over the mask types; with `mask_type` (a traced 0 or 1) that type's alone, the other
+        not computed (lax.switch runs one branch)."""
         if targets is None:
             targets = self.targets(params, extra, clips)
         model = self.model.bind(params)
         tokens = model.tokens(clips)  # embedded once for both masks
-        losses = []
-        for i, order in enumerate(orders):
-            k = self.num_context[i]
+
+        def mask_loss(i):
+            k, order = self.num_context[i], orders[i]
             pred = model.predict(tokens, order, k, i, rng=None if rng is None else jax.random.fold_in(rng, i))
             target = jnp.take_along_axis(targets, order[:, k:, None], axis=1)
-            losses.append(jnp.abs(pred.astype(jnp.float32) - target).mean(axis=(1, 2)))
-        return sum(losses) / len(losses)
+            return jnp.abs(pred.astype(jnp.float32) - target).mean(axis=(1, 2))
+
+        if mask_type is not None:
+            return jax.lax.switch(mask_type, [functools.partial(mask_loss, i) for i in range(len(orders))])
+        return sum(mask_loss(i) for i in range(len(orders))) / len(orders)
 
     def loss(self, params, inputs, key, extra=None):
         rng = key if self.needs_rng else None
-        return jnp.mean(self.per_example_loss(params, extra, inputs["image"], (inputs["short"], inputs["long"]), rng))
+        mask_type = None
+        if self.vjepa.masks_per_step == 1:  # one type for the whole step, drawn from the step's key
+            mask_type = jax.random.bernoulli(jax.random.fold_in(key, MASK_STREAM + 1)).astype(jnp.int32)
+        return jnp.mean(self.per_example_loss(params, extra, inputs["image"], (inputs["short"], inputs["long"]), rng,
+                                              mask_type=mask_type))
 
     def eval_step(self):
         def eval_step(state, batch):
