@@ -125,21 +125,29 @@ def test_one_mask_type_per_step_is_that_types_loss_and_gradient_alone(objective)
     one = VJEPA(both.model.cfg, dataclasses.replace(both.vjepa, masks_per_step=1))
     one.total_steps = 100
     extra = one.init_extra(None, params)
-    inputs = jax.jit(one.inputs)(one.synthetic_batch(jax.random.key(1), 2), jax.random.key(2))
-    clips, orders = inputs["image"], (inputs["short"], inputs["long"])
-    per_type = [np.asarray(jax.jit(lambda p, i=i: both.per_example_loss(p, extra, clips, orders, mask_type=i))(params))
-                for i in (0, 1)]
-    np.testing.assert_allclose(jax.jit(both.loss)(params, inputs, jax.random.key(3), extra), np.mean(per_type),
-                               rtol=1e-6)  # the paper's: both types, averaged
+    batch = one.synthetic_batch(jax.random.key(1), 4)
+
+    @jax.jit
+    def per_type(inputs):
+        orders = (inputs["short"], inputs["long"])
+        return [both.per_example_loss(params, extra, inputs["image"], orders, mask_type=i) for i in (0, 1)]
+
+    inputs = jax.jit(both.inputs)(batch, jax.random.key(2))
+    np.testing.assert_allclose(jax.jit(both.loss)(params, inputs, jax.random.key(3), extra),
+                               np.mean(per_type(inputs)), rtol=1e-6)  # the paper's: both types, averaged
     loss_and_grad = jax.jit(jax.value_and_grad(one.loss))
     drawn = set()
     for k in range(6):
-        loss, grads = loss_and_grad(params, inputs, jax.random.key(k), extra)
-        t = [i for i in (0, 1) if np.isclose(loss, per_type[i].mean(), rtol=1e-6, atol=0)]
-        assert len(t) == 1  # exactly one type's loss
+        inputs = jax.jit(one.inputs)(batch, jax.random.key(k))
+        t = int(inputs["mask_type"][0])
+        assert (np.asarray(inputs["mask_type"]) == t).all()  # one type for the whole step, in every micro-batch
+        loss, grads = loss_and_grad(params, inputs, jax.random.key(100 + k), extra)  # the loss's key: not the draw
+        losses = [float(x.mean()) for x in per_type(inputs)]
+        np.testing.assert_allclose(loss, losses[t], rtol=1e-6)
+        assert not np.isclose(losses[0], losses[1], rtol=1e-4)
         token_grads = np.asarray(grads["predictor"]["mask_tokens"])
-        assert token_grads[t[0]].any() and not token_grads[1 - t[0]].any()  # the other type is not computed
-        drawn.add(t[0])
+        assert token_grads[t].any() and not token_grads[1 - t].any()  # the other type is not computed
+        drawn.add(t)
     assert drawn == {0, 1}  # drawn from the step's key: both types occur
     assert one.flops.forward < both.flops.forward  # half the context encoder and predictor, in expectation
     with pytest.raises(ModelConfigError, match="vjepa.masks_per_step must be 1 or 2, not 3"):

@@ -85,8 +85,15 @@ class VJEPA(Objective):
                 for i, spec in enumerate(self.specs)]
 
     def inputs(self, batch, key):
-        short, long = self.orders(key, batch["image"].shape[0])
-        return {"image": batch["image"], "short": short, "long": long}
+        b = batch["image"].shape[0]
+        short, long = self.orders(key, b)
+        out = {"image": batch["image"], "short": short, "long": long}
+        if self.vjepa.masks_per_step == 1:
+            # One type for the whole step, drawn here from the step's key (not in `loss`, whose key differs per
+            # micro-batch), and repeated per example so that a micro-batch split keeps it.
+            pick = jax.random.bernoulli(jax.random.fold_in(key, MASK_STREAM + 1)).astype(jnp.int32)
+            out["mask_type"] = jnp.full((b,), pick)
+        return out
 
     def targets(self, params, extra, clips):
         """The target encoder's layer-normalised features of every token (B, N, D), without gradient."""
@@ -112,9 +119,7 @@ class VJEPA(Objective):
 
     def loss(self, params, inputs, key, extra=None):
         rng = key if self.needs_rng else None
-        mask_type = None
-        if self.vjepa.masks_per_step == 1:  # one type for the whole step, drawn from the step's key
-            mask_type = jax.random.bernoulli(jax.random.fold_in(key, MASK_STREAM + 1)).astype(jnp.int32)
+        mask_type = inputs["mask_type"][0] if "mask_type" in inputs else None
         return jnp.mean(self.per_example_loss(params, extra, inputs["image"], (inputs["short"], inputs["long"]), rng,
                                               mask_type=mask_type))
 
