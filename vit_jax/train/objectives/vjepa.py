@@ -47,16 +47,16 @@ class VJEPA(Objective):
         return cls(model_cfg, cls.settings_of(config))
 
     def _flops(self, cfg) -> Flops:
-        """Per clip: the target encoder on every token (no backward: frozen), and per mask type the context encoder
-        on its context tokens and the predictor on all tokens (matrix products only); with `masks_per_step` 1, each
-        mask type's share is its expected one, half."""
+        """Per clip: the target encoder on every token (no backward: frozen), the tubelet embedding of the clip
+        (once: both mask types take their context from it), and per mask type the context encoder on its context
+        tokens and the predictor on all tokens (matrix products only); with `masks_per_step` 1, each mask type's
+        share is its expected one, half."""
         full = video_flops(cfg).forward
         n, d, pw = cfg.num_tubelets, cfg.width, self.vjepa.predictor_width
         share = 1.0 if self.vjepa.masks_per_step == 2 else 0.5
-        parts = {}
+        parts = {"embedding": 2.0 * n * cfg.tubelet * cfg.patch_size[0] * cfg.patch_size[1] * 3 * d}
         for i, k in enumerate(self.num_context):
-            parts[f"context_encoder{i}"] = share * (cfg.depth * _block_flops(k, d, cfg.mlp_dim) +
-                                                    2.0 * n * cfg.tubelet * cfg.patch_size[0] * cfg.patch_size[1] * 3 * d)
+            parts[f"context_encoder{i}"] = share * cfg.depth * _block_flops(k, d, cfg.mlp_dim)
             parts[f"predictor{i}"] = share * (self.vjepa.predictor_depth * _block_flops(n, pw, 4 * pw) +
                                               2.0 * 2 * n * d * pw)
         return Flops(forward=sum(parts.values()), breakdown={**parts, "target_encoder": full}, frozen_forward=full)
