@@ -163,6 +163,31 @@ def test_multi_crop_shapes_and_determinism_whatever_the_split():
     assert not np.allclose(full[0][0], full[1][0])  # the two global crops of an image differ
 
 
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_head_flops_per_token_match_xla_cost_analysis(layers):
+    from flax import nnx
+
+    from vit_jax.models.dino import DINOHead
+
+    d = DinoConfig(head_hidden=48, head_bottleneck=32, prototypes=256, head_layers=layers)
+    head = DINOHead(64, d.head(), param_dtype=jnp.float32, rngs=nnx.Rngs(0))
+    graph, state = nnx.split(head)
+
+    def per_token(fn, width, *args):  # the difference of two batch sizes (the prototypes' normalisation is per call)
+        def flops(rows):
+            lowered = jax.jit(fn).lower(*args, jax.ShapeDtypeStruct((rows, width), jnp.float32))
+            cost = lowered.compile().cost_analysis()
+            return (cost[0] if isinstance(cost, list) else cost)["flops"]
+        return flops(2) - flops(1)
+
+    analytic = Dino(vit_config("ViT-S/16", width=64, depth=1, mlp_dim=128, num_heads=2, num_classes=0,
+                               image_size=(32, 32)), d).flops.breakdown["head_per_token"]
+    # The count is the matrix products'; XLA also counts the exact GELUs between the layers (and the L2 norm).
+    gelus = (layers - 1) * per_token(lambda x: jax.nn.gelu(x, approximate=False), 48)
+    xla = per_token(lambda st, x: nnx.merge(graph, st)(x), 64, state)
+    assert xla - gelus == pytest.approx(analytic, rel=0.01)
+
+
 def test_dino_settings_mistakes_are_one_line_errors():
     with pytest.raises(ConfigError, match="dino.centering='sk'"):
         DinoConfig(centering="sk")
