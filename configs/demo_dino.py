@@ -55,7 +55,7 @@ def get_config(arg=None):
     dino_epochs = round(MAE_EPOCHS * mae_train / dino_train, 1)
     dino = {
         "objective": "dino", "data.train_split": "train", "eval.evaluators": ("dino", "fewshot"),
-        # Batch 16: the equal-compute budget is about 45 epochs, and DINO gains from more, smaller steps (3-layer
+        # Batch 16: the equal-compute budget is about 60 epochs, and DINO gains from more, smaller steps (3-layer
         # head, lr 2e-3: batch 32 / 16 / 8 gave 84 / 89 / 90%, batch 8 taking 30% longer).
         "loss.label_smoothing": 0.0, "batch_size": 16, "total_epochs": dino_epochs,
         "data.pp_train": "decode|resize(16)|value_range(-1,1)",  # the crops are the objective's own

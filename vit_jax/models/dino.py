@@ -38,6 +38,10 @@ class DinoHeadConfig:
         if min(self.hidden, self.bottleneck, self.prototypes, self.layers) <= 0:
             raise ModelConfigError("dino.head_hidden, head_bottleneck, prototypes and head_layers must be > 0")
 
+    def layer_sizes(self, dim: int) -> list[int]:
+        """Input and output widths of the Linear layers, in order: dim -> hidden ... -> bottleneck."""
+        return [dim] + [self.hidden] * (self.layers - 1) + [self.bottleneck]
+
 
 def trunc_normal(std: float):
     """timm's trunc_normal_(std) as DINO initialises its head: a normal of `std` cut at +-2 (absolute)."""
@@ -51,7 +55,7 @@ class DINOHead(nnx.Module):
     """MLP -> bottleneck -> L2-normalise -> prototypes with unit-norm weight columns (weight norm with g = 1)."""
 
     def __init__(self, dim: int, head: DinoHeadConfig, *, param_dtype, rngs: nnx.Rngs):
-        sizes = [dim] + [head.hidden] * (head.layers - 1) + [head.bottleneck]
+        sizes = head.layer_sizes(dim)
         self.depth = len(sizes) - 1
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):  # named layer0.. (checkpoint keys are strings)
             setattr(self, f"layer{i}", L.Linear(a, b, ("embed", "mlp"), kernel_init=trunc_normal(0.02),

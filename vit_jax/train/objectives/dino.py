@@ -152,7 +152,7 @@ class Dino(Objective):
         enc = model_flops(cfg).forward
         local_cfg = cfg.replace(image_size=(d.local_crop_size,) * 2) if d.local_crops else None
         local = model_flops(local_cfg).forward if local_cfg else 0.0
-        widths = [cfg.width] + [d.head_hidden] * (d.head_layers - 1) + [d.head_bottleneck]  # the Linear layers
+        widths = d.head().layer_sizes(cfg.width)
         head = 2.0 * (sum(a * b for a, b in zip(widths, widths[1:])) + d.head_bottleneck * d.prototypes)
         student = 2 * enc + d.local_crops * local + (2 + d.local_crops) * head
         patches = 2 * cfg.num_patches * head * d.ibot_mask_probability * (d.ibot_mask_ratio_min + d.ibot_mask_ratio_max) / 2
