@@ -51,10 +51,11 @@ class VJEPA(Objective):
         (once: both mask types take their context from it), and per mask type the context encoder on its context
         tokens and the predictor on all tokens (matrix products only); with `masks_per_step` 1, each mask type's
         share is its expected one, half."""
-        full = video_flops(cfg).forward
+        video = video_flops(cfg)
+        full = video.forward
         n, d, pw = cfg.num_tubelets, cfg.width, self.vjepa.predictor_width
         share = 1.0 if self.vjepa.masks_per_step == 2 else 0.5
-        parts = {"embedding": 2.0 * n * cfg.tubelet * cfg.patch_size[0] * cfg.patch_size[1] * 3 * d}
+        parts = {"embedding": video.breakdown["tubelet_embedding"]}
         for i, k in enumerate(self.num_context):
             parts[f"context_encoder{i}"] = share * cfg.depth * _block_flops(k, d, cfg.mlp_dim)
             parts[f"predictor{i}"] = share * (self.vjepa.predictor_depth * _block_flops(n, pw, 4 * pw) +
