@@ -20,7 +20,9 @@ def test_mae_and_dino_pretrain_for_equal_compute_and_the_control_matches_dino_pl
     mae, dino, ft, scratch = (stages[k] for k in ("mae", "dino", "finetune", "scratch"))
     assert mae.objective == "mae" and dino.objective == "dino" and mae.seed == dino.seed == scratch.seed == 2
     assert ft.init.checkpoint == "/runs/dino/dino" and not scratch.init.checkpoint
-    assert mae.model.to_dict() == dino.model.to_dict() == ft.model.to_dict()  # one encoder for every stage
+    # One encoder for every stage; DINO's student alone trains with stochastic depth (a regulariser, no weights).
+    arch = [{k: v for k, v in s.model.to_dict().items() if k != "drop_path"} for s in (mae, dino, ft, scratch)]
+    assert arch[0] == arch[1] == arch[2] == arch[3] and dino.model.drop_path == 0.1 and ft.model.drop_path == 0.0
     assert "fewshot" in mae.eval.evaluators and "fewshot" in dino.eval.evaluators and dino.eval.fewshot.knn == (10, 20)
     n = module.TRAIN_EXAMPLES
     mae_spent = mae.total_epochs * n * mae_flops(model_config(mae, 0), MAEConfig(**mae.mae)).train
