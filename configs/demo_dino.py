@@ -36,7 +36,8 @@ MAE_EPOCHS, FINETUNE_EPOCHS = 200.0, 200.0
 # cost 17 points; 2 of 12 px, 4), areas 0.6-1 and no colour augmentations (grey digits); no flips (digits are not
 # mirror-symmetric); the DINOv2 losses (without iBOT 9 points less, without KoLeo 5) with iBOT's masks on every global
 # crop (half of them: 0.4 points less, mean of 3 seeds), centring, teacher temperature 0.04 throughout; the teacher's
-# momentum from 0.975 (0.95: 0.8 points less, mean of 3 seeds; 0.9 collapses): thousands of small steps, not DINO's 100 epochs of ImageNet.
+# momentum from 0.975 (0.95: 0.8 points less, mean of 3 seeds; 0.9 collapses): thousands of small steps, not DINO's
+# 100 epochs of ImageNet.
 DINO = dict(head_layers=1, head_bottleneck=32, prototypes=256, local_crops=0, augment=False, flip=False,
             momentum_start=0.975, teacher_temp=0.04, teacher_temp_start=0.04, global_scale_min=0.6,
             ibot_mask_probability=1.0)

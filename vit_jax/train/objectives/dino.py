@@ -157,9 +157,8 @@ class Dino(Objective):
         student = 2 * enc + d.local_crops * local + (2 + d.local_crops) * head
         patches = 2 * cfg.num_patches * head * d.ibot_mask_probability * (d.ibot_mask_ratio_min + d.ibot_mask_ratio_max) / 2
         teacher = 2 * enc + 2 * head + 2 * cfg.num_patches * head
-        return Flops(forward=student + patches, breakdown={"global_crops": 2 * enc, "local_crops": d.local_crops * local,
-                                                           "head_per_token": head},
-                     frozen_forward=teacher)
+        breakdown = {"global_crops": 2 * enc, "local_crops": d.local_crops * local, "head_per_token": head}
+        return Flops(forward=student + patches, breakdown=breakdown, frozen_forward=teacher)
 
     @classmethod
     def from_config(cls, config, model_cfg):
