@@ -4,6 +4,7 @@ CPU estimate when the compiler is absent. (The GPU compiler needs the `gpu` extr
 tests do not install; benchmarks/gpu_plan.sh runs that path, see docs/BENCHMARKS.md.)"""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,30 @@ def test_collectives_of_a_known_program_on_a_data_fsdp_tensor_mesh():
         "fsdp": {"bytes": 2 * block, "traffic": 2 * block / 2, "count": 1},  # all-gather into 2 blocks
         "tensor": {"bytes": block, "traffic": block / 2, "count": 1}}  # reduce-scatter of a block
     assert set(out["per_kind"]) == {"all-reduce", "all-gather", "reduce-scatter"}
+
+
+FIRST_COMPILE_UNCACHED = """
+import os, sys
+import jax, jax.numpy as jnp
+from vit_jax.runtime import configure_jax
+configure_jax(cache_dir=sys.argv[1])
+from vit_jax.bench import common
+with common.compilation_cache(False):
+    jax.jit(lambda x: x + 1.0).lower(jnp.ones(3)).compile()  # the process's first compile
+inside = len(os.listdir(sys.argv[1]))
+jax.jit(lambda x: x * 2.0).lower(jnp.ones(5)).compile()
+print(inside, len(os.listdir(sys.argv[1])) - inside)
+"""
+
+
+def test_a_first_compile_with_the_cache_off_leaves_it_on_for_the_next(tmp_path):
+    """JAX decides at a process's first compile whether the persistent cache is used; compilation_cache(False) around
+    that compile must not turn the cache off for the rest of the process (a fresh process: the decision is global)."""
+    r = subprocess.run([sys.executable, "-c", FIRST_COMPILE_UNCACHED, str(tmp_path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    inside, after = map(int, r.stdout.split()[-2:])
+    assert inside == 0 and after >= 1, r.stdout
 
 
 def test_without_libtpu_the_plan_is_a_labelled_cpu_estimate(monkeypatch):

@@ -146,6 +146,7 @@ def setup_jax(args: argparse.Namespace) -> None:
 def compilation_cache(enabled: bool):
     """The persistent compilation cache on or off for a block (a cache hit would make a compile time meaningless)."""
     import jax
+    from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
     old = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", enabled)
@@ -153,6 +154,11 @@ def compilation_cache(enabled: bool):
         yield
     finally:
         jax.config.update("jax_enable_compilation_cache", old)
+        if old and not enabled:
+            # JAX decides once per process, at its first compile, whether the cache is used: a first compile in this
+            # block would leave it off for the rest of the process (seen: a test worker whose first program was
+            # compiled here cached nothing afterwards). The reset makes the next compile decide again.
+            reset_cache()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
