@@ -4,6 +4,7 @@ never started: no TPU warnings, no start-up cost); a TPU or GPU host, or an expl
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -164,5 +165,8 @@ def test_a_cpu_process_other_than_0_writes_its_programs_to_the_compilation_cache
     cache = Path(jax.config.jax_compilation_cache_dir)
     monkeypatch.setattr(distributed.global_state, "process_id", 1)
     before = set(os.listdir(cache))
-    jax.jit(lambda x: x * 3.0 + 7.5).lower(jnp.ones(17)).compile()  # a program no other test compiles
+    # A program no other test or earlier run compiles (its constant is new each run; a fixed one is a cache hit, and
+    # no write, in a checkout whose cache an earlier run filled).
+    offset = float(time.time_ns() % 1_000_003) + 0.5
+    jax.jit(lambda x: x * 3.0 + offset).lower(jnp.ones(17)).compile()
     assert [name for name in set(os.listdir(cache)) - before if name.startswith("jit__lambda")]
