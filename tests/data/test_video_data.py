@@ -66,6 +66,39 @@ def test_clip_ops_sample_in_time_and_crop_every_frame_alike():
         pp._REGISTRY["sample_clip"](4)({"image": b"png"}, rng())
 
 
+def test_evaluation_views_are_evenly_spaced_clips_and_three_crops_along_the_longer_side():
+    pp.load_modules()
+    frames = np.arange(16)[:, None, None, None] * np.ones((1, 6, 6, 3), np.uint8)  # frame f is filled with f
+    rng = np.random.default_rng(0)
+    views = pp.build("sample_clip(4, stride=3, random=False, views=3)")({"image": frames}, rng)["image"]
+    assert views.shape == (3, 4, 6, 6, 3)  # starts 0, 3, 6: the first and the last window of the 10-frame span
+    assert views[:, :, 0, 0, 0].tolist() == [[0, 3, 6, 9], [3, 6, 9, 12], [6, 9, 12, 15]]
+    short = pp.build("sample_clip(6, stride=4, random=False, views=2)")({"image": frames}, rng)["image"]
+    assert short[:, :, 0, 0, 0].tolist() == [[0, 4, 8, 12, 0, 4]] * 2  # shorter than the span: the looped clip
+    with pytest.raises(ValueError, match="evenly spaced evaluation views: give random=False"):
+        pp.build("sample_clip(4, views=2)")
+    with pytest.raises(ValueError, match="sample once, with views="):
+        pp.build("sample_clip(2)")({"image": views}, rng)
+
+    wide = np.random.default_rng(1).integers(0, 256, (2, 4, 8, 3), dtype=np.uint8)  # frames 4 high, 8 wide
+    crops = pp.build("three_crop_clip(4)")({"image": wide}, rng)["image"]
+    assert crops.shape == (3, 2, 4, 4, 3)
+    for crop, x in zip(crops, (0, 2, 4)):  # left, centre, right, each through every frame
+        np.testing.assert_array_equal(crop, wide[:, :, x:x + 4])
+    tall = np.swapaxes(wide, 1, 2)
+    crops = pp.build("three_crop_clip(4)")({"image": tall}, rng)["image"]
+    for crop, y in zip(crops, (0, 2, 4)):  # top, centre, bottom
+        np.testing.assert_array_equal(crop, tall[:, y:y + 4])
+    # the ops between sampling and cropping treat every view alike; the three crops of a view stay together
+    two = np.stack([wide, wide[::-1]])
+    out = pp.build("resize_small_clip(2)|three_crop_clip(2)|value_range(-1,1)")({"image": two}, rng)["image"]
+    assert out.shape == (6, 2, 2, 2, 3)
+    one = pp.build("resize_small_clip(2)|three_crop_clip(2)|value_range(-1,1)")({"image": wide[::-1]}, rng)["image"]
+    np.testing.assert_array_equal(out[3:], one)
+    with pytest.raises(ValueError, match=r"three_crop_clip\(5\) on frames of \(4, 8\)"):
+        pp.build("three_crop_clip(5)")({"image": wide}, rng)
+
+
 def test_clip_batches_are_tubelet_ready_and_the_same_on_one_process_as_on_two(clips_ds):
     it = pipeline.train_iterator(clips_ds, pp=TRAIN_PP, global_batch_size=16, sharding=mesh_sharding(), seed=3)
     batch = take(it, 1)[0]

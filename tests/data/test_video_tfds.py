@@ -95,6 +95,30 @@ def test_clip_batches_equal_a_decode_by_hand_and_are_the_same_on_one_process_as_
         np.testing.assert_array_equal(np.concatenate([parts[0][key], parts[1][key]]), one[1][key])
 
 
+def test_multi_view_batches_decode_only_each_views_frames_and_equal_a_decode_by_hand(videos_ds):
+    # 2 temporal x 3 spatial views: frames of 24x20 resized to 19x16 (short side 16), cropped at rows 0, 1 and 3
+    views_pp = ("sample_clip(4, stride=2, random=False, key='video', views=2)|decode_frames('video')|"
+                "resize_small_clip(16)|three_crop_clip(16)|value_range(0,1)")
+    encoded = pp.build(views_pp.split("|decode")[0])({"video": [b"f%d" % f for f in range(9)]}, None)["video"]
+    assert encoded == [[b"f0", b"f2", b"f4", b"f6"], [b"f2", b"f4", b"f6", b"f8"]]  # still encoded: only these decode
+    batch = take(pipeline.eval_iterator(videos_ds, "test", views_pp, global_batch_size=8, sharding=mesh_sharding()),
+                 1)[0]
+    assert batch["image"].shape == (8, 6, 4, 16, 16, 3)
+    wanted = {}  # video id -> its views decoded by hand
+    for i in range(16, 22):
+        frames = video(i)
+        extra = len(frames) - 7
+        starts = np.linspace(0, extra, 2).astype(int) if extra >= 0 else [0, 0]
+        views = []
+        for start in starts:
+            clip = np.stack([cv.resize(f, 19, 16) for f in frames[(start + 2 * np.arange(4)) % len(frames)]])
+            views += [clip[:, y:y + 16] for y in (0, 1, 3)]
+        wanted[i] = np.stack(views).astype(np.float32) / 255.0
+    found = [i for row in range(6) for i, want in wanted.items() if np.allclose(batch["image"][row], want, atol=1e-6)
+             and batch["label"][row] == i % 3]
+    assert sorted(found) == list(range(16, 22))
+
+
 def test_resize_small_clip_keeps_the_aspect_ratio_of_every_frame():
     clip = np.random.default_rng(0).integers(0, 256, (3, 24, 40, 3), dtype=np.uint8)
     out = pp.build("resize_small_clip(12)")({"image": clip}, np.random.default_rng(0))["image"]

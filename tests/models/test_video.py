@@ -124,3 +124,32 @@ def test_an_inflated_image_vit_predicts_a_still_clip_as_the_image(joint_gap, met
         assert np.array_equal(tuned["embedding"]["kernel"][1], image_params["embedding"]["kernel"])
         assert not np.asarray(tuned["embedding"]["kernel"][0]).any() and not np.asarray(tuned["head"]["kernel"]).any()
         assert any("inflated the patch kernel to 2 frames (central frame)" in n for n in notes)
+
+
+def test_multi_view_evaluation_classifies_each_clip_by_its_views_mean_logits(joint):
+    from vit_jax.eval.inference import predict
+    from vit_jax.eval.steps import features_step, make_eval_step
+    from vit_jax.models.losses import LOSSES
+
+    cfg, model, params = joint
+    params = {**params, "head": {**params["head"], "kernel": jax.random.normal(jax.random.key(5), (64, 10))}}
+    views = jax.random.uniform(jax.random.key(6), (3, 2, *cfg.input_shape), minval=-1, maxval=1)  # 3 clips x 2 views
+    flat = views.reshape(6, *cfg.input_shape)
+    logits, aux = jax.jit(model.apply)(params, flat)
+    mean = logits.reshape(3, 2, 10).mean(1)
+    label = jnp.array([int(jnp.argmax(mean[0])), int(jnp.argmin(mean[1])), 0])
+    labels = jax.nn.one_hot(label, 10)
+    # the loss of the mean logits, which neither one view's loss nor the mean of the views' losses equals
+    per_view = LOSSES["softmax_xent"](logits, jnp.repeat(labels, 2, axis=0)).reshape(3, 2)
+    assert min(abs(float(per_view.mean(1).sum() - LOSSES["softmax_xent"](mean, labels).sum())),
+               abs(float(per_view[:, 0].sum() - LOSSES["softmax_xent"](mean, labels).sum()))) > 1e-2
+    sums = jax.jit(make_eval_step(model))(params, {"image": views, "labels": labels, "label": label,
+                                                   "_mask": jnp.ones(3)})
+    assert float(sums["top1"]) == float((jnp.argmax(mean, -1) == label).sum()) and float(sums["count"]) == 3
+    np.testing.assert_allclose(float(sums["loss"]), float(LOSSES["softmax_xent"](mean, labels).sum()), rtol=1e-5)
+    np.testing.assert_allclose(jax.jit(features_step(model))(params, views),
+                               aux["pre_logits"].reshape(3, 2, -1).mean(1), atol=1e-5)
+    np.testing.assert_allclose(predict(params, cfg, np.asarray(views)), mean, atol=1e-5)  # vit-jax predict's path
+    with pytest.raises(ValueError, match=r"takes inputs of shape \(batch, 4, 32, 32, 3\) or views of them"):
+        make_eval_step(model)(params, {"image": views[:, :, None], "labels": labels, "label": label,
+                                       "_mask": jnp.ones(3)})

@@ -1,5 +1,7 @@
 """The video configs: demo_video and vivit validate, build the video model they describe, and carry the recipe."""
 
+import pytest
+
 from tests.train.test_shipped_configs import load
 from vit_jax.models.video_config import VideoConfig
 from vit_jax.train.config import model_config, validate
@@ -29,8 +31,16 @@ def test_vivit_is_scenics_kinetics_factorised_encoder_recipe():
     validate(c)
     assert c.data.pp_train.startswith("sample_clip(32, stride=2, key='video')|decode_frames('video')|")
     assert c.data.pp_eval.startswith("sample_clip(32, stride=2, random=False, key='video')|decode_frames('video')|")
+    # the paper's 4 temporal x 3 spatial evaluation views
+    views = load("vivit").get_config("init=vit_b16.npz,data=ucf101,video=video,views=4x3")
+    validate(views)
+    assert views.data.pp_eval == ("sample_clip(32, stride=2, random=False, views=4, key='video')|decode_frames('video')|"
+                                  "resize_small_clip(256)|three_crop_clip(224)|value_range(-1,1)")
+    assert views.data.pp_train == c.data.pp_train
+    with pytest.raises(ValueError, match="views='4'; give TxS"):
+        load("vivit").get_config("init=vit_b16.npz,views=4")
     from vit_jax.data import pp
-    for spec in (c.data.pp_train, c.data.pp_eval):
+    for spec in (c.data.pp_train, c.data.pp_eval, views.data.pp_eval):
         pp.build(spec)  # every op exists and takes its arguments
 
 

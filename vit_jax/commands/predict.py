@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{cfg.image_size[0]}x{cfg.image_size[1]}; convert with --image-size to change the resolution",
               file=sys.stderr)
         return 2
-    if images.ndim != len(want) + 1 or tuple(images.shape[1:]) != want:
+    # (N, V, ...): each example's views (a run's multi-view eval preprocessing), classified by their mean logits
+    views = images.ndim == len(want) + 2 and not cfg.dense
+    if images.ndim != len(want) + 1 + views or tuple(images.shape[-len(want):]) != want:
         what = "clips (N, T, H, W, 3) or one clip" if len(want) == 4 else "images (N, H, W, 3)"
         print(f"error: {args.images}: the model takes {what} of shape {want}, got {images.shape}", file=sys.stderr)
         return 2

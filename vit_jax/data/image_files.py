@@ -64,7 +64,7 @@ def read_image_folder(folder: str, pp: str, *, strict: bool = False, max_images:
                       shape: tuple[int, ...] | None = None) -> FolderImages:
     """Reads the image files of `folder` (sorted by name; the first `max_images` readable ones if > 0). With `shape`,
     a file whose preprocessed array has another shape (a clip of other frames, with no resize in `pp`) counts as
-    unreadable."""
+    unreadable; views of that shape (V, *shape), which a multi-view `pp` makes of every file alike, are read."""
     preprocess = pp_lib.build(pp_lib.strip_label_ops(pp))  # image files have no labels, and logits need none
     images, names, skipped = [], [], {}
     for name in image_names(folder):
@@ -74,8 +74,9 @@ def read_image_folder(folder: str, pp: str, *, strict: bool = False, max_images:
             with open(os.path.join(folder, name), "rb") as f:
                 data = f.read()
             image = preprocess({"image": data}, np.random.default_rng(0))["image"]
-            if shape is not None and tuple(np.shape(image)) != tuple(shape):
-                raise ValueError(f"preprocessed to shape {tuple(np.shape(image))}, the model takes {tuple(shape)}")
+            got = tuple(np.shape(image))
+            if shape is not None and (got[len(got) - len(shape):] != tuple(shape) or len(got) > len(shape) + 1):
+                raise ValueError(f"preprocessed to shape {got}, the model takes {tuple(shape)}")
         except (OSError, ValueError) as e:  # DecodeError, or an op refusing the file's content (decode_clip's rows)
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             if strict:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from vit_jax.eval.steps import features_step, make_eval_step
+from vit_jax.eval.steps import example_shape, features_step, make_eval_step, over_views
 from vit_jax.models.build import ModelConfig, build_model
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.parallel import mesh as mesh_lib
@@ -52,8 +52,9 @@ class InferenceProgram:
         return self.jit(features_step(self.model))
 
     def logits(self) -> Callable:
+        """Logits of a batch, or the mean logits of each example's views (eval/steps.py over_views)."""
         model = self.model
-        return self.jit(lambda params, images: model.apply(params, images)[0])
+        return self.jit(lambda params, images: over_views(lambda x: model.apply(params, x)[0], model.cfg, images))
 
     def global_batch(self, batch_size: int) -> int:
         return global_batch(self.mesh, batch_size)
@@ -86,18 +87,15 @@ def build_inference(cfg: ModelConfig, params: Any, mesh: Mesh | None = None,
 FEATURES = ("logits", "dense", "tokens")
 
 
-def example_shape(cfg) -> tuple[int, ...]:
-    """One input of the model: (H, W, 3) for an image model, (T, H, W, 3) for a video model (its `input_shape`)."""
-    return tuple(getattr(cfg, "input_shape", (*cfg.image_size, 3)))
-
-
 def predict(params, cfg, images: np.ndarray, batch_size: int = 64, features: str = "logits") -> np.ndarray:
     """The model's output on NHWC images (N, H, W, 3), or clips (N, T, H, W, 3) for a video model: logits, or for a
-    dense backbone its `dense` or `tokens` feature map."""
+    dense backbone its `dense` or `tokens` feature map. Inputs with a views axis, (N, V, ...) (a clip's multi-view
+    evaluation), give each example's mean logits over its views."""
     rank = len(example_shape(cfg)) + 1
-    if images.ndim != rank or images.shape[-1] != 3:
-        raise ValueError(f"inputs must be {'(N, T, H, W, 3) clips' if rank == 5 else '(N, H, W, 3) images'}, "
-                         f"got {images.shape}")
+    views = images.ndim == rank + 1 and not cfg.dense
+    if images.ndim != rank + views or images.shape[-1] != 3:
+        raise ValueError(f"inputs must be {'(N, T, H, W, 3) clips' if rank == 5 else '(N, H, W, 3) images'}"
+                         f"{'' if cfg.dense else ' (or (N, views, ...) of them)'}, got {images.shape}")
     if features not in FEATURES:
         raise ValueError(f"features={features!r} is not one of {FEATURES}")
     if (features == "logits") == cfg.dense:
