@@ -23,7 +23,11 @@ from vit_jax.train.config import config_module, parse_config_args
 
 # moving_digits' split sizes (vit_jax/data/moving_digits.py): train[:10%] is 400 of the 4,000 training clips.
 TRAIN_CLIPS, LABELLED_CLIPS = 4000, 400
-PRETRAIN_EPOCHS, FINETUNE_EPOCHS = 40.0, 100.0
+# 60 pretraining epochs (1,875 steps): at 40 the gap over scratch was +6.8 / +5.0 / +4.6 at seeds 0 / 1 / 2 on an AMD
+# EPYC (+9.8 / +7.0 / +5.8 on an Intel Xeon: the trajectories differ by CPU), at 60 +9.8 / +7.8 / +6.6 (AMD); 80 gave
+# no more at seed 0 (+8.4). The stage takes about 190 s on that AMD machine and would take about 1.5 x 240-296 s on
+# the Intel one, over 6 minutes there (docs/video.md).
+PRETRAIN_EPOCHS, FINETUNE_EPOCHS = 60.0, 100.0
 # V-JEPA sized for a 4x4 grid of 4 time steps (the paper's values are for ViT-L's 14x14x8: configs/vjepa.py). The
 # predictor is narrower than the encoder (32 < 64) as the paper's (384 < 1024), which also keeps pretraining cheaper.
 # Masks: the paper's 8 short blocks of 15% and 2 long ones of 70% cover 11 and 14 of the 16 positions here, leaving
@@ -31,8 +35,8 @@ PRETRAIN_EPOCHS, FINETUNE_EPOCHS = 40.0, 100.0
 # masking is of 196 positions, where the rest is still ~20). EMA 0.99 -> 1 rather than the paper's 0.998 -> 1: over
 # 1,250 steps (the paper: 90,000) the target follows the encoder closer; the targets' spread across clips doubles
 # (0.36 -> 0.73-0.78) and the fine-tune gains more. One mask type a step (drawn at random) rather than both: the
-# step costs 0.65x (190 against 293 ms), so 40 epochs fit in 6 minutes; the paper's both-masks step over 28 epochs
-# (the same time) gained less. The trials: docs/video.md.
+# step costs 0.65x (190 against 293 ms, Intel), so 40 epochs fitted in 6 minutes there; the paper's both-masks step
+# over 28 epochs (the same time) gained less. The trials: docs/video.md.
 VJEPA = dict(predictor_width=32, predictor_depth=2, predictor_heads=4, short_blocks=4, short_scale=0.15,
              long_blocks=1, long_scale=0.7, ema_start=0.99, ema_end=1.0, masks_per_step=1)
 
