@@ -21,7 +21,8 @@ The recipe (the paper's, for its B/16 models):
 WebLI, the paper's data, is not public: the dataset is the user's. Zero-shot classification needs class names this
 objective knows only for the digits, so evaluation here is image<->text retrieval on the eval split's pairs.
 
-Target topology (TARGETS below): the B/16 run on 128 TPU v3 cores, v3-128 (v3:8x8), 256 examples per core:
+Target topology (TARGETS below; compiled by the TPU compiler in benchmarks/preflight_configs.py, table in
+docs/BENCHMARKS.md): the B/16 run on 128 TPU v3 cores, v3-128 (v3:8x8), 256 examples per core:
 `vit-jax plan --topology v3:8x8 --config configs/siglip.py` (docs/image_text.md has its result: it fits, 5.65 GiB
 peak per 16 GiB core with both towers fully rematerialised; roofline 709 ms/step, compute-bound).
 """

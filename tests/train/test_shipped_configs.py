@@ -76,7 +76,8 @@ def test_bad_config_arguments():
         model_config(load("finetune").get_config("dataset=cifar10"), num_classes=10)
 
 
-@pytest.mark.parametrize("name", ["demo", "vit_i21k", "finetune", "vit_i1k", "vit_mae", "bit_i21k", "vit_mpp"])
+@pytest.mark.parametrize("name", ["demo", "vit_i21k", "finetune", "vit_i1k", "vit_mae", "bit_i21k", "vit_mpp",
+                                  "siglip"])
 def test_each_shipped_config_names_its_target_topology(name):
     """benchmarks/preflight_configs.py compiles every TARGETS entry for its topology (table in docs/BENCHMARKS.md)."""
     from vit_jax import hardware
