@@ -34,8 +34,9 @@ def test_vivit_is_scenics_kinetics_factorised_encoder_recipe():
     # the paper's 4 temporal x 3 spatial evaluation views
     views = load("vivit").get_config("init=vit_b16.npz,data=ucf101,video=video,views=4x3")
     validate(views)
-    assert views.data.pp_eval == ("sample_clip(32, stride=2, random=False, views=4, key='video')|decode_frames('video')|"
-                                  "resize_small_clip(256)|three_crop_clip(224)|value_range(-1,1)")
+    assert views.data.pp_eval == ("sample_clip(32, stride=2, random=False, views=4, key='video')|"
+                                  "decode_frames('video')|resize_small_clip(256)|three_crop_clip(224)|"
+                                  "value_range(-1,1)")
     assert views.data.pp_train == c.data.pp_train
     with pytest.raises(ValueError, match="views='4'; give TxS"):
         load("vivit").get_config("init=vit_b16.npz,views=4")
