@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ("vit_i21k", "vit_i1k", "finetune", "demo", "vit_mae", "bit_i21k", "vit_mpp", "siglip")
+CONFIGS = ("vit_i21k", "vit_i1k", "finetune", "demo", "vit_mae", "bit_i21k", "vit_mpp", "siglip", "swin_i1k")
 GIB = 1024**3
 JFT_IMAGES = 303e6  # JFT-300M: 303M images (ViT paper, Sec. 4.1)
 # The ViT paper's Table 6 (JFT-300M pretraining) models, and the TPUv3-core-days the paper reports for them (its

@@ -6,8 +6,9 @@ appendix A2.1; the values of the official repository's config.py and configs/swi
 
 Reported top-1 at 224 px (paper Table 1a): Swin-T 81.3%, Swin-S 83.0%, Swin-B 83.5%.
 
-Planned for a TPU v5e 2x2 (4 chips, 256 images each): `vit-jax plan --config configs/swin_i1k.py --topology v5e:2x2`
-(docs/models.md has the result).
+Target topology (TARGETS below; compiled by the TPU compiler in benchmarks/preflight_configs.py, table in
+docs/BENCHMARKS.md): a TPU v5e 2x2 (v5e:2x2), 4 chips, 256 images each: `vit-jax plan --config configs/swin_i1k.py
+--topology v5e:2x2` (docs/models.md has the result).
 """
 
 from vit_jax.errors import ConfigError
@@ -16,6 +17,7 @@ from vit_jax.train.config import default_config, parse_config_args
 # Stochastic depth per model (configs/swin/swin_{tiny,small,base}_patch4_window7_224.yaml; Swin-L is trained on
 # ImageNet-22k in the paper, where it uses 0.2).
 DROP_PATH = {"Swin-T": 0.2, "Swin-S": 0.3, "Swin-B": 0.5, "Swin-L": 0.2}
+TARGETS = {"variant=Swin-T": "v5e:2x2"}
 
 
 def get_config(arg=None):

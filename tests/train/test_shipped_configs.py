@@ -77,7 +77,7 @@ def test_bad_config_arguments():
 
 
 @pytest.mark.parametrize("name", ["demo", "vit_i21k", "finetune", "vit_i1k", "vit_mae", "bit_i21k", "vit_mpp",
-                                  "siglip"])
+                                  "siglip", "swin_i1k"])
 def test_each_shipped_config_names_its_target_topology(name):
     """benchmarks/preflight_configs.py compiles every TARGETS entry for its topology (table in docs/BENCHMARKS.md)."""
     from vit_jax import hardware
