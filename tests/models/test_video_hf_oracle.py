@@ -63,7 +63,8 @@ def test_a_saved_vivit_classifier_loads_and_predicts_as_transformers(clips, tmp_
 def test_vit_jax_predict_runs_the_vivit_file_on_a_clip_array_and_a_folder_of_clip_files(tmp_path, capsys):
     """`vit-jax predict` on a video checkpoint: clips (N, T, H, W, 3), one clip (T, H, W, 3), and a folder of clip
     files (frames stacked vertically, moving_digits' layout; a file of the wrong height is skipped and counted) give
-    transformers' logits."""
+    transformers' logits; views of clips (N, V, T, H, W, 3) the mean of their views' logits, and a folder read with
+    a multi-view preprocessing its views."""
     transformers = require_transformers()
     import torch
 
@@ -101,6 +102,19 @@ def test_vit_jax_predict_runs_the_vivit_file_on_a_clip_array_and_a_folder_of_cli
     assert "skipped odd.png: decode_clip(4): the stored image has 99 rows" in err
     assert "skipped short.png: preprocessed to shape (4, 24, 32, 3), the model takes (4, 32, 32, 3)" in err
     assert json.loads((tmp_path / "logits.npy.json").read_text())["files"] == ["clip0.png", "clip1.png"]
+
+    # views of each clip (N, V, T, H, W, 3), as a multi-view eval preprocessing makes them: the views' mean logits
+    backwards = np.ascontiguousarray(clips[:, ::-1])
+    with torch.no_grad():
+        expect_backwards = hf(pixel_values=torch.from_numpy(backwards).permute(0, 1, 4, 2, 3)).logits.numpy()
+    np.save(tmp_path / "views.npy", np.stack([clips, backwards], axis=1))
+    assert predict.main(["--checkpoint", ckpt, "--images", str(tmp_path / "views.npy"), "--output", out]) == 0
+    np.testing.assert_allclose(np.load(out), (expect + expect_backwards) / 2, atol=1e-4)
+    from vit_jax.data.image_files import read_image_folder
+    read = read_image_folder(str(folder), "decode_clip(4)|sample_clip(4, random=False, views=2)|value_range(-1,1)",
+                             shape=(4, 32, 32, 3))
+    assert read.images.shape == (2, 2, 4, 32, 32, 3) and sorted(read.skipped) == ["odd.png", "short.png"]
+    np.testing.assert_allclose(read.images[:, 1], clips, atol=1e-6)
 
     wrong = np.zeros((2, 2, 32, 32, 3), np.float32)  # 2 frames for a 4-frame model: one line, no traceback
     np.save(tmp_path / "wrong.npy", wrong)
