@@ -25,6 +25,7 @@ Not applied (no clip ops for them yet): scale jitter (0.9-1.33), colour augmenta
 With video=FEATURE only the sampled frames of each video are decoded (sample_clip before decode_frames).
 """
 
+from vit_jax.errors import ConfigError
 from vit_jax.train.config import default_config, parse_config_args
 
 FRAMES, STRIDE, CROP, SHORT_SIDE = 32, 2, 224, 256
@@ -35,7 +36,7 @@ def eval_pp(video: str = "", frames: int = 64, views: int = 1, crops: int = 1) -
     """The evaluation op string: `views` evenly spaced clips (1: the central one), each resized to SHORT_SIDE and
     cropped once at the centre (crops=1) or three times along the longer side (crops=3)."""
     if crops not in (1, 3):
-        raise ValueError(f"configs/vivit.py: {crops} spatial crops; give 1 or 3")
+        raise ConfigError(f"configs/vivit.py: {crops} spatial crops; give 1 or 3")
     sample = f"sample_clip({FRAMES}, stride={STRIDE}, random=False{f', views={views}' if views > 1 else ''}"
     clip = (f"{sample}, key='{video}')|decode_frames('{video}')" if video
             else f"decode_clip({frames})|{sample})")
@@ -48,8 +49,10 @@ def get_config(arg=None):
                                 "variant": "ViViT-FE-B/16x2", "epochs": "30", "views": "1x1"})
     try:
         views, crops = (int(n) for n in a["views"].split("x"))
+        if views < 1:
+            raise ValueError
     except ValueError:
-        raise ValueError(f"configs/vivit.py: views={a['views']!r}; give TxS, e.g. 4x3") from None
+        raise ConfigError(f"configs/vivit.py: views={a['views']!r}; give TxS, e.g. 4x3") from None
     c = default_config()
     c.model.variant = a["variant"]
     c.model.num_frames = FRAMES
