@@ -35,7 +35,8 @@ import numpy as np
 from vit_jax import cli_args
 from vit_jax.checkpoints.loading import load_with_size, parse_size
 from vit_jax.data.image_files import default_eval_pp, read_image_array, read_image_folder
-from vit_jax.eval.inference import FEATURES, example_shape, features_mismatch, predict
+from vit_jax.eval.inference import FEATURES, features_mismatch, predict
+from vit_jax.eval.steps import example_shape, has_views
 from vit_jax.models.build import describe
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     # (N, V, ...): each example's views (a run's multi-view eval preprocessing), classified by their mean logits
-    views = images.ndim == len(want) + 2 and not cfg.dense
-    if images.ndim != len(want) + 1 + views or tuple(images.shape[-len(want):]) != want:
+    if images.ndim != len(want) + 1 + has_views(cfg, images.ndim) or tuple(images.shape[-len(want):]) != want:
         what = "clips (N, T, H, W, 3) or one clip" if len(want) == 4 else "images (N, H, W, 3)"
         print(f"error: {args.images}: the model takes {what} of shape {want}, got {images.shape}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from vit_jax.eval.steps import example_shape, features_step, make_eval_step, over_views
+from vit_jax.eval.steps import example_shape, features_step, has_views, make_eval_step, over_views
 from vit_jax.models.build import ModelConfig, build_model
 from vit_jax.models.vit import FunctionalViT
 from vit_jax.parallel import mesh as mesh_lib
@@ -92,8 +92,7 @@ def predict(params, cfg, images: np.ndarray, batch_size: int = 64, features: str
     dense backbone its `dense` or `tokens` feature map. Inputs with a views axis, (N, V, ...) (a clip's multi-view
     evaluation), give each example's mean logits over its views."""
     rank = len(example_shape(cfg)) + 1
-    views = images.ndim == rank + 1 and not cfg.dense
-    if images.ndim != rank + views or images.shape[-1] != 3:
+    if images.ndim != rank + has_views(cfg, images.ndim) or images.shape[-1] != 3:
         raise ValueError(f"inputs must be {'(N, T, H, W, 3) clips' if rank == 5 else '(N, H, W, 3) images'}"
                          f"{'' if cfg.dense else ' (or (N, views, ...) of them)'}, got {images.shape}")
     if features not in FEATURES:

@@ -16,6 +16,12 @@ def example_shape(cfg) -> tuple[int, ...]:
     return tuple(getattr(cfg, "input_shape", (*cfg.image_size, 3)))
 
 
+def has_views(cfg, ndim: int) -> bool:
+    """Whether inputs of `ndim` dimensions carry a views axis, (N, V, *example_shape); a dense backbone's feature maps
+    are never averaged over views."""
+    return ndim == len(example_shape(cfg)) + 2 and not cfg.dense
+
+
 def over_views(fn: Callable, cfg, inputs: jax.Array) -> jax.Array:
     """fn(inputs) for a batch of the model's inputs (B, *example_shape), or for views of each (B, V, *example_shape:
     a video's temporal x spatial views, video_ops.py) the mean of fn's per-view outputs: scenic's multi-view
